@@ -77,6 +77,11 @@ from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.actuals")
 PAGE = 10_000  # entries per XRANGE while reading the history
+# The skipped entries a read of the whole stream names in its one line (``ActualsLog._tell``): enough
+# to find a foreign writer's first few by hand, never a line as long as the stream
+SKIPPED_NAMED = 8
+_UNREADABLE = (ValueError, KeyError, TypeError, RecursionError)  # what ``_row`` raises for an entry
+Skipped = list[tuple[str, str]]  # the entries a read skipped: id, why
 # Reports per append script call, so how long one call holds Redis: new reports cost ~7-12 us of
 # server time each (valkey, 100,000 in one call: 0.75-1.5 s), so a chunk ~7-12 ms (a few ms when
 # all are held already); 100 chunks add 100 round trips and per-call work, ~0.3-0.6 s on a
@@ -233,25 +238,61 @@ class ActualsLog:
         stream no longer holds it, what was read before is gone from Redis (a restart without its
         AOF, a flush, a failover to a replica behind; trimming never takes the newest entry read
         unless a whole cap of newer ones arrived), and the rows returned are the stream's whole
-        content, ``restarted`` set, so the caller holds what Redis holds rather than rows it lost."""
+        content, ``restarted`` set, so the caller holds what Redis holds rather than rows it lost.
+
+        The entries it skips are counted (``skipped``) and said (``_tell``)."""
+        skipped: Skipped = []
+        folded = self._read(cursor, skipped)
+        self._tell(skipped, whole=cursor == START or folded.restarted)
+        return folded
+
+    def _read(self, cursor: str, skipped: Skipped) -> Folded:
+        """``rows_after``'s read; the entries it skips are added to ``skipped``."""
         if cursor == START:
-            return self._pages(START, restarted=False)
+            return self._pages(START, False, skipped)
         head = self._page(cursor, inclusive=True)  # the entry at cursor, then up to PAGE - 1 newer
         if not head or head[0][0] != cursor:
-            return self._pages(START, restarted=True)
-        rows, schedules = self._rows(head[1:])
+            return self._pages(START, True, skipped)
+        rows, schedules = self._rows(head[1:], skipped)
         if len(head) < PAGE:
             return Folded(rows, head[-1][0], False, schedules)
-        more = self._pages(head[-1][0], restarted=False)  # more after this page
+        more = self._pages(head[-1][0], False, skipped)  # more after this page
         return Folded(Trace.concat([rows, more.rows]), more.cursor, False, schedules + more.schedules)
 
-    def _pages(self, cursor: str, restarted: bool) -> Folded:
+    def _tell(self, skipped: Skipped, whole: bool) -> None:
+        """Count the entries a read skipped, and say them: each in a line of its own where the read
+        took only what was new (a sync, the follower's tick), so a writer that starts writing what
+        the history cannot hold is seen at its first entry; all in one line where it read the whole
+        stream (a replica's start, or the history reloaded after Redis lost it), naming the first
+        ``SKIPPED_NAMED``. An entry stays in the stream until trimmed or deleted, and a warning
+        for each old one at every start, the same lines each time, hid a new one among them."""
+        if not skipped:
+            return
+        if self.skipped is not None:
+            self.skipped(len(skipped))
+        if not whole:
+            for entry_id, why in skipped:
+                _log.warning("skipping unreadable actuals entry %s: %s", entry_id, why)
+            return
+        named = ", ".join(entry_id for entry_id, _ in skipped[:SKIPPED_NAMED])
+        more = len(skipped) - SKIPPED_NAMED
+        _log.warning(
+            "skipping %d unreadable actuals entries the stream holds: %s%s (the first: %s); XDEL them "
+            "once looked at",
+            len(skipped),
+            named,
+            f" and {more} more" if more > 0 else "",
+            skipped[0][1],
+            extra={"skipped": len(skipped)},
+        )
+
+    def _pages(self, cursor: str, restarted: bool, skipped: Skipped) -> Folded:
         """Every entry after ``cursor``, page by page, as rows, and the last id read."""
         rows: list[Trace] = []
         schedules: list[str | None] = []
         while True:
             page = self._page(cursor)
-            page_rows, page_schedules = self._rows(page)
+            page_rows, page_schedules = self._rows(page, skipped)
             rows.append(page_rows)
             schedules += page_schedules
             if page:
@@ -264,60 +305,67 @@ class ActualsLog:
         low = cursor if inclusive else f"({cursor}"
         return cast(list[Entry], self._redis.xrange(self.key, min=low, max="+", count=PAGE))
 
-    def _rows(self, page: list[Entry]) -> tuple[Trace, list[str | None]]:
+    def _rows(self, page: list[Entry], skipped: Skipped) -> tuple[Trace, list[str | None]]:
         """The entries of ``page`` that read as reports, as trace rows, and the schedule each named:
         all at once where every entry is as the service writes it (``actuals_page``), else entry by
-        entry (``_row``: what does not read is skipped, and said)."""
+        entry (``_row``: what does not read is skipped, added to ``skipped`` with why)."""
         values = [fields.get("a", "") for _, fields in page]
         plain = page_trace(values, self._texts)
         if plain is not None:
             return plain
-        entries = zip(page, values, strict=True)
-        read = [row for (at, _), raw in entries if (row := _row(raw, self._texts, at)) is not None]
-        if len(read) < len(page) and self.skipped is not None:
-            self.skipped(len(page) - len(read))
+        read: list[tuple[TraceRow, str | None]] = []
+        for (entry_id, _), raw in zip(page, values, strict=True):
+            try:
+                read.append(_entry_row(raw, self._texts))
+            except _UNREADABLE as error:  # written by something else
+                skipped.append((entry_id, str(error)))
         return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
 
 
-def _row(raw: str, texts: SharedTexts, entry_id: str = "") -> tuple[TraceRow, str | None] | None:
+def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:
+    """``_entry_row``, None where the entry does not read (the read's rows, without why)."""
+    try:
+        return _entry_row(raw, texts)
+    except _UNREADABLE:
+        return None
+
+
+def _entry_row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None]:
     """One stored report as a trace row, and the schedule it names (None: none); JSON is parsed
     directly (it was validated when stored), which reads a 2M-entry history at startup ~10x faster
     than re-validating every report.
 
     An entry that no longer reads (written by something else, or stored before the API bounded its
-    counts) is skipped with a warning: failing on it would fail every later read of the history,
-    and so every replica's start-up, until someone deleted it by hand. So is one that is not UTF-8
-    (its bytes arrive as lone surrogates, ``service/delivery/stored.py``): its JSON may parse, but
-    its prompt id is no prompt's, and its text no text the API stores. So is one whose fields the
-    trace table would not hold (``foldable``: a finish reason "abort", features that are not an
-    object, a reward that is not a finite number): it would raise out of ``Trace.from_rows`` for the
-    whole page, on every later sync and every replica's start (poison51); so would JSON that is not
-    an object (``[1]``), or nested too deep for ``json`` (``RecursionError``). The warning names the
-    entry's id (``entry_id``), so it can be found, and deleted, by hand."""
-    try:
-        if not utf8(raw):
-            raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise TypeError(f"not a JSON object but {type(doc).__name__}")
-        schedule = doc.get("schedule_id")
-        row = foldable(
-            TraceRow(
-                step=_count(doc["step"]),
-                prompt_id=texts(str(doc["prompt_id"])),
-                sample_idx=_count(doc["sample_idx"]),
-                prompt_tokens=_count(doc["prompt_tokens"]),
-                output_tokens=_count(doc["output_tokens"]),
-                max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
-                finish_reason=doc.get("finish_reason"),
-                reward=doc.get("reward"),
-                features=texts.features(doc.get("features", {})),
-            )
+    counts) raises one of ``_UNREADABLE``, and the read skips it and says so, naming its id so it
+    can be found, and deleted, by hand (``ActualsLog._tell``): failing on it would fail every later
+    read of the history, and so every replica's start-up, until someone deleted it by hand. So is
+    one that is not UTF-8 (its bytes arrive as lone surrogates, ``service/delivery/stored.py``):
+    its JSON may parse, but its prompt id is no prompt's, and its text no text the API stores. So
+    is one whose fields the trace table would not hold (``foldable``: a finish reason "abort",
+    features that are not an object, a reward that is not a finite number): it would raise out of
+    ``Trace.from_rows`` for the whole page, on every later sync and every replica's start
+    (poison51); so would JSON that is not an object (``[1]``), or nested too deep for ``json``
+    (``RecursionError``)."""
+    if not utf8(raw):
+        raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise TypeError(f"not a JSON object but {type(doc).__name__}")
+    schedule = doc.get("schedule_id")
+    row = foldable(
+        TraceRow(
+            step=_count(doc["step"]),
+            prompt_id=texts(str(doc["prompt_id"])),
+            sample_idx=_count(doc["sample_idx"]),
+            prompt_tokens=_count(doc["prompt_tokens"]),
+            output_tokens=_count(doc["output_tokens"]),
+            max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
+            finish_reason=doc.get("finish_reason"),
+            reward=doc.get("reward"),
+            features=texts.features(doc.get("features", {})),
         )
-        return row, None if schedule is None else texts(str(schedule))
-    except (ValueError, KeyError, TypeError, RecursionError) as error:  # written by something else
-        _log.warning("skipping unreadable actuals entry %s: %s", entry_id or "?", error)
-        return None
+    )
+    return row, None if schedule is None else texts(str(schedule))
 
 
 def _count(value: object) -> int:
