@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.trace import INT64_MAX, TraceRow
+from scheduler.trace import INT64_MAX, MINIMUM, TraceRow
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -222,11 +222,21 @@ def foldable(row: TraceRow) -> TraceRow:
     schema checked them); a row read back from a store something else may have written (the actuals
     stream, ``service.learning.actuals``) is checked here first, or one bad value (a finish reason
     "abort", features ``[1.0]``, a reward "high") raises out of ``build`` and takes every row read
-    with it, on every later read of that store (poison51)."""
+    with it, on every later read of that store (poison51).
+
+    The counts are the trace format's too (``scheduler.trace.parse_row``, which the API's schema
+    agrees with): a prompt of at least one token, a cap of at least one where one is given, and no
+    output past its cap. Such a row builds, but no engine ran it (an empty prompt is refused, no
+    output passes its cap), and an output past its cap taught the predictor a length no sample can
+    have; ``POST /actuals`` refuses it, and a release before 2026-12-02 stored it (learn52)."""
     for name in _INT_COLUMNS:
         value = getattr(row, name)
-        if not (value is None and name == "max_new_tokens") and not _is_int64_count(value):
-            raise ValueError(f"{name} is not a count in [0, {INT64_MAX}]")
+        if value is None and name == "max_new_tokens":
+            continue
+        if not _is_int64_count(value) or value < MINIMUM[name]:
+            raise ValueError(f"{name} is not a count in [{MINIMUM[name]}, {INT64_MAX}]")
+    if row.max_new_tokens is not None and row.output_tokens > row.max_new_tokens:
+        raise ValueError(f"output_tokens {row.output_tokens} exceeds max_new_tokens {row.max_new_tokens}")
     if not isinstance(row.prompt_id, str):
         raise ValueError("prompt_id is not text")
     if row.finish_reason not in _FINISH_READ:

@@ -8,18 +8,17 @@ sync50). Here each entry is still parsed on its own (one entry that does not rea
 neighbours with it), by ``orjson`` (~3x ``json.loads``), and every column is then taken from the
 parsed reports at once and checked as a column.
 
-Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer
-counts in range, a string prompt id, a known finish reason or none, a numeric reward or none, a
-features object of text and numbers: ``predictors.tracetable``'s ``finite_number`` and
-``feature_value``, the rules the entry-by-entry read keeps a value by) is read here; any other page
-(an entry written by something else, or by an older release, that is not UTF-8, or not a report at
-all) is answered ``None``, and the caller reads it entry by entry as before, which skips what does
-not read and says so. So a page reads to the same rows either way, and the stream's wire format (one
-field ``a``, the report's JSON) is unchanged. Where ``orjson`` and ``json`` read a text differently it
-is one ``orjson`` refuses (``NaN``, ``1e400``, an escaped lone surrogate) or reads as a float (an
-integer past 64 bits, which no count may be): the page is then read by the entry-by-entry path, with
-``json``, as before.
-"""
+Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer counts
+in range, each at least the trace format's least (``scheduler.trace.MINIMUM``), no output past its cap,
+a string prompt id, a known finish reason or none, a numeric reward or none, a features object of text
+and numbers: ``predictors.tracetable``'s ``finite_number`` and ``feature_value``, the rules the
+entry-by-entry read keeps a value by, ``foldable``) is read here; any other page (an entry written by
+something else, or by an older release, that is not UTF-8, or not a report at all) is answered ``None``,
+and the caller reads it entry by entry as before, which skips what does not read and says so. So a page
+reads to the same rows either way, and the stream's wire format (one field ``a``, the report's JSON) is
+unchanged. Where ``orjson`` and ``json`` read a text differently it is one ``orjson`` refuses (``NaN``,
+``1e400``, an escaped lone surrogate) or reads as a float (an integer past 64 bits, which no count may
+be): the page is then read by the entry-by-entry path, with ``json``, as before."""
 
 from __future__ import annotations
 
@@ -39,6 +38,7 @@ from predictors.tracetable import (
     finite_number,
     typed_extras,
 )
+from scheduler.trace import MINIMUM
 from service.api.schemas import MAX_COUNT
 from service.delivery.stored import utf8
 from service.learning.shared_texts import SharedTexts
@@ -57,8 +57,8 @@ def page_trace(values: Sequence[str], texts: SharedTexts) -> tuple[Trace, list[s
     schedule each named (None: none); None where any of them is not plain (module doc)."""
     try:
         docs = [_parsed(raw) for raw in values]
-        counts = {name: _counts([doc[name] for doc in docs]) for name in _COUNTS}
-        caps = _counts([0 if (cap := doc.get("max_new_tokens")) is None else cap for doc in docs])
+        counts = {name: _counts([doc[name] for doc in docs], MINIMUM[name]) for name in _COUNTS}
+        caps = _caps([doc.get("max_new_tokens") for doc in docs], counts["output_tokens"])
         prompts = _prompts(docs, texts)
         finish = np.array([_FINISH[doc.get("finish_reason")] for doc in docs], dtype=np.int8)
         reward = _rewards(docs)
@@ -92,18 +92,28 @@ def _parsed(raw: str) -> dict[str, Any]:
     return doc
 
 
-def _counts(values: list[Any]) -> IntArray:
+def _counts(values: list[Any], least: int = 0) -> IntArray:
     """A count column; ``_NotPlainError`` unless every value is an int (not a bool, nor a numeric string,
-    which the entry-by-entry read takes) within ``[0, MAX_COUNT]``, the API's bounds."""
+    which the entry-by-entry read takes) within ``[least, MAX_COUNT]``, the API's bounds (``least``: the
+    trace format's, ``scheduler.trace.MINIMUM``, which ``tracetable.foldable`` holds the entry to)."""
     if not all(type(value) is int for value in values):
         raise _NotPlainError
     try:
         column = np.array(values, dtype=np.int64)
     except OverflowError:
         raise _NotPlainError from None
-    if len(column) and (int(column.min()) < 0 or int(column.max()) > MAX_COUNT):
+    if len(column) and (int(column.min()) < least or int(column.max()) > MAX_COUNT):
         raise _NotPlainError
     return column
+
+
+def _caps(given: list[Any], outputs: IntArray) -> IntArray:
+    """The caps, 0 where none; ``_NotPlainError`` unless each given one is a count of at least one
+    and no output is past its cap (``tracetable.foldable``'s rule: the entry read skips the entry)."""
+    caps = _counts([0 if cap is None else cap for cap in given])
+    if 0 in given or bool(np.any((caps > 0) & (outputs > caps))):
+        raise _NotPlainError
+    return caps
 
 
 def _prompts(docs: list[dict[str, Any]], texts: SharedTexts) -> ObjArray:
