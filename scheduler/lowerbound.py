@@ -35,9 +35,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from scheduler import giveup
+from scheduler import batch_columns, giveup
+from scheduler.batch_columns import BatchColumns
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
-from scheduler.stepsum import FloatArray, planned_steps_array, solo_decode_times
+from scheduler.stepsum import FloatArray, solo_decode_times
 from scheduler.tailbound import PRECISION, tail_bound
 from scheduler.tailcover import IntArray
 from scheduler.types import Inventory, Trajectory
@@ -67,6 +68,7 @@ def lower_bound(
     precision: float = PRECISION,
     deadline: float | None = None,
     fluid_deadline: float | None = None,
+    columns: BatchColumns | None = None,
 ) -> LowerBound:
     """Compute the bound of ``trajectories`` on the non-excluded workers of ``inventory``.
 
@@ -78,16 +80,14 @@ def lower_bound(
 
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker, and (d) covers whole groups. Expects a validated batch (see
-    ``scheduler.validation``).
+    ``scheduler.validation``). ``columns``: the batch's (``scheduler.batch_columns``) where the caller
+    holds them (the planner's problem), else they are read from ``trajectories``.
     """
     workers = [w for w in inventory.workers if w.worker_id not in excluded]
     costs = [worker_cost(w, inventory.model) for w in workers]
-    prompts = np.array([t.prompt_tokens for t in trajectories], dtype=np.float64)
-    steps = planned_steps_array([t.predicted_tokens for t in trajectories])
+    prompts, steps, need = batch_columns.from_trajectories(trajectories) if columns is None else columns
     giveup.check()  # each pass over the batch ~1.6 ms at 32,768, limit (a) 4.3 ms (deadline49)
     outputs = steps.astype(np.float64)
-    need = prompts + np.array([t.max_new_tokens for t in trajectories], dtype=np.float64)
-    giveup.check()
     longest = _longest(trajectories, costs, prompts, outputs, need)
     giveup.check()  # the caller's hard deadline between the limits' passes over the batch (deadline48)
     per_trajectory = prompts * outputs + outputs * (outputs - 1.0) / 2.0

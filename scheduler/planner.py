@@ -81,6 +81,7 @@ def prepare(request: PlanRequest) -> Prepared:
                 request.prefix_affinity,
                 deadline=started + BOUND_SHARE * request.time_budget_s,
                 fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
+                columns=problem.bound_columns,
             )
         with giveup.stage("keys"):  # apart from the collection at the pause's end (deadline49)
             keys = trajectory_keys(request.trajectories)

@@ -28,7 +28,7 @@ from scheduler.policies.levels import KV_UNIT, IntArray, band_edges, band_loads
 from scheduler.stepsum import FloatArray
 
 if TYPE_CHECKING:
-    from scheduler.tailbound import KindLimits
+    from scheduler.kindlimits import KindLimits
 
 BOUND_BANDS = 10  # quantile bands; ``grid`` adds uniform ones (finer: tighter, and slower to prove)
 

@@ -49,11 +49,12 @@ import numpy as np
 
 from scheduler import clock, giveup
 from scheduler.costmodel import WorkerCost
+from scheduler.kindlimits import AtLengths, KindLimits, kind_limits
 from scheduler.policies.levels import IntArray
 from scheduler.prefill_shares import PREFILL_SHARES, shares_bound
 from scheduler.stepsum import FloatArray
 from scheduler.tailbands import BandCover
-from scheduler.tailcover import FluidCover, Layout, knots, layout
+from scheduler.tailcover import FluidCover, knots, layout
 
 T = TypeVar("T")
 PRECISION = 0.0005  # the fluid search stops when its bracket on T is this tight (relative); as
@@ -66,106 +67,6 @@ FIRST_SLOPE = 3.0  # shortfall per relative makespan, the first step's guess (me
 BAND_PROBES = 8  # band-model bisection probes, when whole trajectories lift the bound above the fluid one
 STEP_UP = 1.25  # the band bracket above the fluid bound grows by this factor until a cover exists
 STEP_UPS = 6  # at most 1.25^6 = 3.8x
-
-
-@dataclass(frozen=True, slots=True)
-class KindLimits:
-    """What bounds one worker kind's work by a makespan: step, token and prefill costs, and ramp-up."""
-
-    step_s: float  # c: seconds every decode step costs (weights read + overhead)
-    per_token_s: float  # m: seconds per cached token per decode step
-    prefill_s: float  # pp: seconds per prefilled prompt token
-    capacity: float  # KV cache, tokens
-    slots: int  # S: max_num_seqs
-    prompt_head: float  # P_S: the S largest prompts of the batch, summed
-
-    def ramp(self, steps: float) -> float:
-        """U(N): the most KV-token-steps ``steps`` decode steps can serve (a real ``N`` interpolates)."""
-        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)  # steps until the cache can be full
-        if steps <= fill:
-            return steps * self.prompt_head + self.slots * steps * (steps - 1.0) / 2.0
-        return self.ramp(fill) + self.capacity * (steps - fill)
-
-    def _crossing(self, low: float, makespan_s: float) -> float:
-        """The N >= ``low`` where U(N) meets A(N): U rises and A falls, so there is one (closed form)."""
-        slope = self.step_s / self.per_token_s  # A(N) = makespan / m - slope * N
-        budget = makespan_s / self.per_token_s
-        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
-        b = self.prompt_head - self.slots / 2.0 + slope  # S/2 N^2 + b N - budget = 0 while filling
-        n = float(_filling_root(b, self.slots, budget))
-        if n > fill:  # past the ramp: U(fill) + cap * (N - fill) = budget - slope * N
-            n = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
-        return max(low, n)
-
-    def _crossings(self, makespans: FloatArray) -> FloatArray:
-        """``_crossing(0, t)`` for every ``t`` of ``makespans`` at once."""
-        slope = self.step_s / self.per_token_s
-        budget = makespans / self.per_token_s
-        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
-        b = self.prompt_head - self.slots / 2.0 + slope
-        n = _filling_root(b, self.slots, budget)
-        past = (budget - self.ramp(fill) + self.capacity * fill) / (self.capacity + slope)
-        out: FloatArray = np.maximum(0.0, np.where(n > fill, past, n))
-        return out
-
-    def serves_many(self, steps: FloatArray, makespan_s: float, rate: float) -> FloatArray:
-        """The most ``K + rate * P_w`` a worker of this kind serves by ``makespan_s`` while running at
-        least ``steps[i]`` steps, for every element (the module doc's formula, vectorised)."""
-        return self._serves(steps, makespan_s, self._crossing(0.0, makespan_s), rate)
-
-    def serves_grid(self, steps: FloatArray, makespans: FloatArray, rate: float) -> FloatArray:
-        """``serves_many`` for every makespan (rows) at once: a family's speed groups are this kind
-        with the makespan divided by their relative time scale."""
-        column = makespans[:, None]
-        return self._serves(steps, column, self._crossings(column), rate)
-
-    def _serves(
-        self, steps: FloatArray, makespan_s: float | FloatArray, crossing_n: float | FloatArray, rate: float
-    ) -> FloatArray:
-        """The capacity formula, given where U meets A (``_crossing``), where the value is U's: A there
-        is ``T / m - c * N / m``, which floats lose when ``m`` is tiny next to ``c`` (a capacity of 3
-        where 21 fit: a bound above a schedule, edge49)."""
-        alpha = rate * self.per_token_s / self.prefill_s
-        chain = (makespan_s - self.step_s * steps) / self.per_token_s
-        at_steps = alpha * chain + (1.0 - alpha) * np.minimum(self._ramps(steps), chain)
-        at_crossing = np.where(crossing_n > steps, self._ramps(crossing_n), 0.0)
-        out: FloatArray = np.maximum(0.0, np.maximum(at_steps, at_crossing))
-        return out
-
-    def _ramps(self, steps: FloatArray | float) -> FloatArray:
-        """``ramp`` for every element of ``steps``."""
-        fill = max(0.0, (self.capacity - self.prompt_head) / self.slots)
-        short = np.minimum(steps, fill)
-        out: FloatArray = np.where(
-            steps <= fill,
-            short * self.prompt_head + self.slots * short * (short - 1.0) / 2.0,
-            self.ramp(fill) + self.capacity * (np.asarray(steps) - fill),
-        )
-        return out
-
-
-def _filling_root(b: float | FloatArray, slots: int, budget: float | FloatArray) -> FloatArray:
-    """The positive root of ``S/2 N^2 + b N - budget = 0``, stable where ``b`` (``c / m``) is huge:
-    ``(sqrt(b^2 + 2 S budget) - b) / S`` had N to 1e-6 steps where the steps were 5 (edge49)."""
-    b, budget = np.asarray(b, dtype=np.float64), np.asarray(budget, dtype=np.float64)
-    root = np.sqrt(b * b + 2.0 * slots * budget)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        stable = 2.0 * budget / (b + root)
-    out: FloatArray = np.where(b > 0.0, stable, (root - b) / slots)
-    return out
-
-
-def kind_limits(cost: WorkerCost, prompts: FloatArray) -> KindLimits:
-    """The limits of ``cost``'s kind for a batch with these prompt lengths."""
-    head = float(np.sort(prompts)[::-1][: cost.max_num_seqs].sum())
-    return KindLimits(
-        step_s=cost.time_scale * (cost.mem_base_s + cost.overhead_s),
-        per_token_s=cost.time_scale * cost.mem_per_token_s,
-        prefill_s=cost.time_scale * cost.prefill_per_token_s,
-        capacity=float(cost.kv_capacity_tokens),
-        slots=cost.max_num_seqs,
-        prompt_head=head,
-    )
 
 
 def tail_bound(
@@ -204,16 +105,20 @@ def tail_bound(
         return known_s
     steps = np.asarray(lengths, dtype=np.int64)
     work = np.asarray(kv_steps, dtype=np.float64)
-    head = prompts if heads is None else heads
-    limits = [(kind_limits(cost, head), n) for cost, n in kinds]
+    head = np.sort(prompts if heads is None else heads)[::-1]  # once for every kind and family
+    limits = [(kind_limits(cost, head, descending=True), n) for cost, n in kinds]
     families = _families(limits, ranked, head)
     exchange = _exchange(limits, families)
     fluid_timed = Timed(fluid_deadline)
     bound = _fluid_bound(steps, work, prompts, families, exchange, known_s, precision, fluid_timed)
-    bands = [
-        BandCover(steps, work + s * exchange * prompts, limits, s * exchange, grid) for s in PREFILL_SHARES
-    ]
-    return _bisect(lambda t: any(b.infeasible(t) for b in bands), bound, Timed(deadline))
+    bands: dict[float, BandCover] = {}  # built at a share's first probe: none past the deadline
+
+    def band(share: float) -> BandCover:
+        if share not in bands:
+            bands[share] = BandCover(steps, work + share * exchange * prompts, limits, share * exchange, grid)
+        return bands[share]
+
+    return _bisect(lambda t: any(band(s).infeasible(t) for s in PREFILL_SHARES), bound, Timed(deadline))
 
 
 def _families(
@@ -222,7 +127,8 @@ def _families(
     heads: FloatArray,
 ) -> list[Family]:
     """What the fluid cover credits: each kind of ``limits`` as a family of one speed group, or,
-    with ``ranked``, its families of speed groups (``tail_bound``'s ``ranked``)."""
+    with ``ranked``, its families of speed groups (``tail_bound``'s ``ranked``); ``heads`` sorted
+    largest first."""
     if ranked is not None:
         return [_family(family, heads) for family in ranked]
     return [Family(lim, np.ones(1), np.array([n])) for lim, n in limits]
@@ -249,11 +155,11 @@ def _fluid_bound(
 ) -> float:
     """The fluid cover's bound at the prompt tokens' shares of the ``exchange`` rate that
     ``prefill_shares.shares_bound`` tries, each search starting where the last stopped; >= ``known_s``."""
-    laid = layout(steps)
+    rows = _FluidRows(steps, families)
 
     def search(share: float, low: float) -> float:
         rate = share * exchange
-        return _search(_fluid_gap(laid, work + rate * prompts, families, rate), low, precision, timed)
+        return _search(rows.gap(work + rate * prompts, rate), low, precision, timed)
 
     return shares_bound(search, known_s)
 
@@ -291,39 +197,52 @@ class Family:
 
 
 def _family(groups: Sequence[tuple[WorkerCost, int]], heads: FloatArray) -> Family:
-    """A family (``tail_bound``'s ``ranked``) as its fastest group's limits and the groups' speeds."""
+    """A family (``tail_bound``'s ``ranked``) as its fastest group's limits and the groups' speeds
+    (``heads``: the prompts, largest first)."""
     fastest = groups[0][0].time_scale
     ratios = np.array([fastest / cost.time_scale for cost, _ in groups])
-    return Family(kind_limits(groups[0][0], heads), ratios, np.array([n for _, n in groups], dtype=np.int64))
+    counts = np.array([n for _, n in groups], dtype=np.int64)
+    return Family(kind_limits(groups[0][0], heads, descending=True), ratios, counts)
 
 
-def _fluid_gap(
-    laid: Layout, demand: FloatArray, families: Sequence[Family], rate: float
-) -> Callable[[float], float]:
-    """The fluid cover's shortfall as a function of the makespan (positive: proven infeasible).
+class _FluidRows:
+    """What every fluid search of one bound shares (six a bound: the two ends and four blends): the
+    lengths laid out longest first, the speed groups' knots, the workers per family and their ranks,
+    and each family's capacity at its lengths (``kindlimits.AtLengths``); built once a bound, where
+    each search built them again (~0.5 ms a search at 4,096 x 32, docs/experiments.md, bound52)."""
 
-    A family of one speed group is one capacity row over the distinct lengths, as a kind always
-    was. Several are a row each, fastest first, over coarser lengths (``tailcover.knots``: a group's
-    capacity at the length rounded down, at least its own), a group at the fastest's limits with the
-    makespan scaled by its relative speed; the cover ranks the family's workers by them."""
-    grid = knots(laid.lengths)
-    sizes = [int(f.counts.sum()) for f in families]
-    ranks = [np.repeat(np.arange(f.counts.size), f.counts) for f in families]
-    fluid = FluidCover(laid, demand, sizes, ranks, grid)
-
-    def capacities(t: float) -> list[FloatArray]:
-        return [
-            f.limits.serves_many(laid.lengths, t, rate)
-            if f.counts.size == 1
-            else f.limits.serves_grid(grid[0], t * f.ratios, rate)
-            for f in families
+    def __init__(self, steps: IntArray, families: Sequence[Family]) -> None:
+        self.laid = layout(steps)
+        self.grid = knots(self.laid.lengths)
+        self.families = families
+        self.sizes = [int(f.counts.sum()) for f in families]
+        self.ranks = [np.repeat(np.arange(f.counts.size), f.counts) for f in families]
+        self.rows = [
+            AtLengths(f.limits, self.laid.lengths if f.counts.size == 1 else self.grid[0]) for f in families
         ]
 
-    def reach(t: float) -> list[FloatArray]:  # the most steps each group's fastest runs by t
-        out: list[FloatArray] = [t * f.ratios / f.limits.step_s for f in families]
-        return out
+    def gap(self, demand: FloatArray, rate: float) -> Callable[[float], float]:
+        """The fluid cover's shortfall as a function of the makespan (positive: proven infeasible).
 
-    return lambda t: fluid.shortfall(capacities(t), reach(t))
+        A family of one speed group is one capacity row over the distinct lengths, as a kind always
+        was. Several are a row each, fastest first, over coarser lengths (``tailcover.knots``: a
+        group's capacity at the length rounded down, at least its own), a group at the fastest's
+        limits with the makespan scaled by its relative speed; the cover ranks the family's workers
+        by them."""
+        fluid = FluidCover(self.laid, demand, self.sizes, self.ranks, self.grid)
+        pairs = list(zip(self.families, self.rows, strict=True))
+
+        def capacities(t: float) -> list[FloatArray]:
+            return [
+                rows.serves(t, rate) if f.counts.size == 1 else rows.serves_grid(t * f.ratios, rate)
+                for f, rows in pairs
+            ]
+
+        def reach(t: float) -> list[FloatArray]:  # the most steps each group's fastest runs by t
+            out: list[FloatArray] = [t * f.ratios / f.limits.step_s for f in self.families]
+            return out
+
+        return lambda t: fluid.shortfall(capacities(t), reach(t))
 
 
 def _search(gap: Callable[[float], float], low: float, precision: float, timed: Timed) -> float:

@@ -44,10 +44,10 @@ below its group's capacity. Equal speeds (one group a kind) are the programme ab
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -96,11 +96,17 @@ class FluidCover:
         self.lengths = laid.lengths if knotted is None else knotted[0]  # where rows are given
         self.columns = laid.expand if knotted is None else knotted[1][laid.expand]  # a row's, by position
         self.ends = np.cumsum(demand[laid.order])  # ends[i]: demand of the i + 1 longest trajectories
-        self.ends_list: list[float] = self.ends.tolist()
         self.total = float(self.ends[-1]) if self.ends.size else 0.0
         self.groups = _groups(sizes)  # kinds merged into one dimension each
         self.dims = tuple(sum(sizes[c] for c in group) for group in self.groups)  # workers per dimension
         self.ranks = [np.zeros(n, dtype=np.int64) for n in sizes] if ranks is None else ranks
+
+    @functools.cached_property
+    def ends_list(self) -> list[float]:
+        """``ends`` as floats, for the one-kind chain's ``bisect`` only: built at its first probe (a
+        list of the batch's size, built for every cover of a bound before, bound52)."""
+        out: list[float] = self.ends.tolist()
+        return out
 
     def shortfall(self, capacities: Sequence[FloatArray], reach: Sequence[FloatArray] | None = None) -> float:
         """``1 - best coverage / total``: positive proves that no schedule takes all the demand.
@@ -136,7 +142,7 @@ class FluidCover:
             capacities[c][self.expand] if capacities[c].ndim == 1 else capacities[c][0][self.columns]
             for c in group
         ]
-        return np.maximum.reduce(fastest), None
+        return (fastest[0] if len(fastest) == 1 else np.maximum.reduce(fastest)), None  # one: no copy
 
     def chain(self, capacities: Sequence[FloatArray]) -> list[tuple[int, float]] | None:
         """The best cover's workers in chain order (longest level first), each as its kind and the
@@ -348,7 +354,7 @@ def _groups(sizes: Sequence[int]) -> list[list[int]]:
     return groups
 
 
-@lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=32)
 def _planes(sizes: tuple[int, ...]) -> Planes:
     """Per worker total ``d``: the flat indices of the states with ``sum(a) = d`` and, per kind, which
     of them have ``a_c >= 1`` (positions in that list) and the flat index of ``a - e_c`` for each."""

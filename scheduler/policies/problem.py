@@ -24,8 +24,9 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from scheduler import giveup
+from scheduler import batch_columns, giveup
 from scheduler.at_once import ends_at_once
+from scheduler.batch_columns import BatchColumns
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
@@ -75,6 +76,8 @@ class Problem:
     # at 4,096 and ~40 ms at 32,768, though ``build_problem`` computes them for the units anyway
     engine: str = DEFAULT_ENGINE  # the request's engine (``PlanRequest.engine``): what the hedges'
     # drawn plays follow under vLLM admission (``robust_order.draw_rules``)
+    bound_columns: BatchColumns | None = field(default=None, compare=False, repr=False)  # the lower
+    # bound's columns (``scheduler.batch_columns``) from this build's arrays, for ``planner.prepare``
     plays: dict[tuple[WorkerCost, tuple[int, ...], bool], tuple[float, float]] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )  # ``played``'s memo: (cost, queue, reserve) -> (clock, the bound it was played to)
@@ -195,7 +198,16 @@ def _build_problem(request: PlanRequest) -> Problem:
         unrestricted = all(len(u.allowed) == len(active) for u in units)
         ranked = tuple(longest_first(units))
     return Problem(
-        costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps, request.engine
+        costs,
+        columns.prompts,
+        columns.steps,
+        units,
+        active,
+        ranked,
+        unrestricted,
+        kv_steps,
+        request.engine,
+        columns.bound,
     )
 
 
@@ -223,6 +235,7 @@ class _Columns(NamedTuple):
     kv_steps: list[float]  # KV-token-steps, p*L + L*(L-1)/2
     step_array: npt.NDArray[np.int64]
     kv_array: npt.NDArray[np.float64]
+    bound: BatchColumns  # the lower bound's view of the same columns
 
 
 def _columns(request: PlanRequest) -> _Columns:
@@ -230,10 +243,12 @@ def _columns(request: PlanRequest) -> _Columns:
     trajectories = request.trajectories
     prompt_array = np.array([t.prompt_tokens for t in trajectories], dtype=np.int64)
     step_array = planned_steps_array([t.predicted_tokens for t in trajectories])
-    need = (prompt_array + np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)).tolist()
+    caps = np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)
+    need = (prompt_array + caps).tolist()
     kv_array = _kv_steps(prompt_array, step_array)
     prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
-    return _Columns(prompts, steps, need, kv_array.tolist(), step_array, kv_array)
+    bound = batch_columns.from_arrays(prompt_array, step_array, caps)
+    return _Columns(prompts, steps, need, kv_array.tolist(), step_array, kv_array, bound)
 
 
 def _kv_steps(prompts: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:

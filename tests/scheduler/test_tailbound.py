@@ -18,7 +18,8 @@ from scheduler.planner import plan
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.tailbands import BandCover
-from scheduler.tailbound import BAND_PRECISION, PRECISION, KindLimits, Timed, _search, kind_limits
+from scheduler.kindlimits import KindLimits, kind_limits
+from scheduler.tailbound import BAND_PRECISION, PRECISION, Timed, _search
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 MODEL = model_preset("7b")

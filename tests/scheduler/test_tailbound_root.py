@@ -1,4 +1,4 @@
-"""The tail bound's filling root (``tailbound._filling_root``, edge49) where ``b`` (``c / m``) is huge:
+"""The tail bound's filling root (``kindlimits._filling_root``, edge49) where ``b`` (``c / m``) is huge:
 the stable form keeps the root to the last bits where the textbook form lost it to cancellation.
 
 Found by mutation testing (mutants13, docs/experiments.md): the textbook form for every ``b``, or
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from scheduler.tailbound import _filling_root
+from scheduler.kindlimits import _filling_root
 
 
 def test_the_root_holds_where_b_dwarfs_the_rest() -> None:
