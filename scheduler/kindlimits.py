@@ -4,8 +4,9 @@ A kind's step, token and prefill costs and its cache's ramp-up (``KindLimits``) 
 a worker of it serves by a makespan while running at least a given number of steps: the capacity
 formula of ``scheduler.tailbound``'s module doc. ``AtLengths`` keeps a kind's capacity at a fixed
 set of lengths for probe after probe: the bound's fluid searches ask for it at the same lengths 10-15
-times a bound, and the terms that do not depend on the makespan were recomputed every time (a
-quarter of the bound's time at 4,096 x 32, docs/experiments.md, bound52).
+times a bound, and the terms that depend on neither the makespan nor the rate were recomputed every
+time (the capacities were a quarter of the bound's time at 4,096 x 32, about half of it those terms
+and the crossing in numpy scalars: docs/experiments.md, bound52).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler import at_once, giveup, lowerbound, planner, validation
+from scheduler import at_once, batch_columns, giveup, lowerbound, planner, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError
 from scheduler.policies import lpt, problem
@@ -112,7 +112,18 @@ def test_the_bound_gives_up_between_its_first_passes_before_limit_a(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
     longest = count_calls(monkeypatch, lowerbound, "_longest")
-    wall.jump_in(monkeypatch, lowerbound, "planned_steps_array")
-    with pytest.raises(DeadlinePassedError) as raised:
-        planner.prepare(_request())
+    wall.jump_in(monkeypatch, batch_columns, "planned_steps_array")  # the bound reads the trajectories
+    request = _request()
+    with pytest.raises(DeadlinePassedError) as raised, giveup.giving_up_at(DEADLINE), giveup.stage("bound"):
+        lowerbound.lower_bound(request.trajectories, request.inventory)
     assert (raised.value.stage, longest) == ("bound", [])
+
+
+def test_the_planners_bound_reads_the_problems_columns_and_makes_no_pass_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    read = count_calls(monkeypatch, batch_columns, "from_trajectories")
+    prepared = planner.prepare(_request())
+    assert read == []
+    assert prepared.bound == lowerbound.lower_bound(prepared.request.trajectories, prepared.request.inventory)
+    assert read == [1]  # the bound alone reads them

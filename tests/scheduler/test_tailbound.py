@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from scheduler.benchgen import bench_request
 from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
+from scheduler.kindlimits import KindLimits, kind_limits
 from scheduler.lowerbound import _kinds, lower_bound
 from scheduler.planner import plan
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.tailbands import BandCover
-from scheduler.kindlimits import KindLimits, kind_limits
 from scheduler.tailbound import BAND_PRECISION, PRECISION, Timed, _search
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
