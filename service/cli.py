@@ -25,6 +25,8 @@ import threading
 
 # the root context's ``obj`` where ``main`` runs a command: the process ends with it
 OWNS_PROCESS = "owns-process"
+SECOND_SIGNAL_LOG = "second stop signal: the exit goes on within its bound; a third ends it now"
+_heard = 0  # the stop signals ``exit_cleanly`` has heard: the first exits, the third forces
 
 
 def main() -> None:
@@ -57,9 +59,27 @@ def exit_cleanly(signum: int, frame: object) -> None:
     (which run its graceful stop, then raise the signal again, here): exit 0 by ``SystemExit``, which
     unwinds whatever runs, the embedded server's context manager too, which stops it (no orphan
     process), and runs the ``atexit`` hooks. uvicorn's re-raised signal would kill the process
-    by its default action instead (-15)."""
+    by its default action instead (-15).
+
+    Only the first signal it hears starts the exit; the second is logged (``SECOND_SIGNAL_LOG``),
+    and the third ends the process now (``exit_guard.force``: the last acts, status 70). A second
+    that raised again cut the exit where it waited: the join of a thread stuck on Redis, the
+    embedded server's stop, the exit guard's decision, and the process ended 0 where its bound would
+    have said 70, an embedded server left running where its stop was cut (exit52)."""
     del frame
-    raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
+    global _heard
+    _heard += 1
+    if _heard == 1:
+        raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
+    name = signal.Signals(signum).name
+    if _heard == 2:
+        import logging
+
+        logging.getLogger("service.shutdown").warning(SECOND_SIGNAL_LOG, extra={"signal": name})
+        return
+    from service.api import exit_guard
+
+    exit_guard.force(name)
 
 
 def exit_decided() -> None:

@@ -35,6 +35,14 @@ Decided once, after the exit's last ``atexit`` wait (``_at_the_exits_end``): a g
 by then ends the process with it, one that has not ends nothing. Past that point the interpreter
 finalizes, where no daemon runs: a guard firing there, or firing earlier and still at its last acts
 when the main thread got there, left the exit its 0 (exit51, docs/experiments.md).
+
+A third stop signal (exit52). ``serve``'s handler (``service.cli.exit_cleanly``) starts the exit at
+the first signal it hears and only logs the second; a second that raised again cut whatever the exit
+was waiting on (the join of a thread stuck on Redis, the embedded server's stop, this module's
+decision), and the process ended 0 before its bound, a server orphaned where it cut that stop. The
+third is the user's word that the exit may be cut: ``force`` ends the process now as a passed bound
+does, its WARNING (``SIGNALLED_LOG``), its last acts, ``FORCED_STATUS``; a guard fired already, or an
+exit decided already, is left to end as it does.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import time
 from collections.abc import Callable, Sequence
 
 EXIT_LOG = "the exit passed its bound after the stop: ending the process"
+SIGNALLED_LOG = "a third stop signal during the exit: ending the process"
 # The status of an exit the guard forced: not 0, which says the stop ended in order, but the one a
 # sidecar whose loop died exits with (sysexits' EX_SOFTWARE): something hung, as a SIGKILL's 137 would say.
 FORCED_STATUS = 70
@@ -57,7 +66,8 @@ MIN_BOUND_S = 5.0
 # The most the last acts may take past the bound (the embedded server's SIGKILL and dir: milliseconds).
 LAST_ACTS_S = 1.0
 _log = logging.getLogger("service.shutdown")
-_lock = threading.Lock()
+# reentrant: ``force`` runs in a signal handler, on the main thread, which may hold it already
+_lock = threading.RLock()
 _enabled = False
 _armed: threading.Thread | None = None
 _last_acts: tuple[Callable[[], None], ...] = ()
@@ -111,18 +121,34 @@ def arm(bound_s: float) -> threading.Thread | None:
         return _armed
 
 
+def force(signal_name: str) -> None:
+    """A third stop signal (``signal_name``) during the exit: end the process now, as a passed bound
+    does (``SIGNALLED_LOG``). Nothing where the exit's status is decided already: the guard has fired
+    (it ends the process within its last acts) or the exit's last wait has ended (it ends 0)."""
+    with _lock:
+        if _exited or _fired.is_set():
+            return
+        _fired.set()
+    _end(SIGNALLED_LOG, {"signal": signal_name})
+
+
 def _end_after(bound_s: float) -> None:
-    """Sleep ``bound_s``, then name what still runs (threads no daemon, the main one aside), run the last
-    acts within ``LAST_ACTS_S`` and end."""
+    """Sleep ``bound_s``, then end the process (``_end``)."""
     time.sleep(bound_s)
     with _lock:
         if _exited:  # the exit's waits all ended within the bound: its status stands
             return
         _fired.set()
+    _end(EXIT_LOG, {"bound_s": bound_s})
+
+
+def _end(message: str, extra: dict[str, object]) -> None:
+    """Name what still runs (threads no daemon, the main one aside) in ``message``'s WARNING, run the
+    last acts within ``LAST_ACTS_S`` and end with ``FORCED_STATUS``."""
     waited = sorted(
         t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
     )
-    _log.warning(EXIT_LOG, extra={"bound_s": bound_s, "threads": waited, "status": FORCED_STATUS})
+    _log.warning(message, extra={**extra, "threads": waited, "status": FORCED_STATUS})
     _flush()
     acts = threading.Thread(target=_run, args=(_last_acts,), name="exit-guard-last-acts", daemon=True)
     acts.start()

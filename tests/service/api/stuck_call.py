@@ -4,7 +4,9 @@ A stand-in for a planning thread inside a Redis call when the replica stops: on 
 every master stalls, a publish's pipeline over several slots takes 7 command timeouts (stop49), and
 a call that Redis does not answer at all takes as long as the stall. Here it is a ``BLPOP`` with no
 timeout on a list nobody pushes to, on the real server (a client with no socket timeout), so the
-call lasts until the process ends. Before it, the file ``STUCK_CALL_STARTED`` names is created.
+call lasts until the process ends. Before it, the file ``STUCK_CALL_STARTED`` names is created; and
+where ``STUCK_CALL_JOINING`` names a file, it is created as the interpreter's exit begins to join the
+threads that are no daemon (``threading._shutdown``), the stuck one among them.
 Run as ``python -m tests.service.api.stuck_call serve ...`` (``service.cli``'s arguments).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import redis
 
 STARTED = "STUCK_CALL_STARTED"
 URL = "STUCK_CALL_REDIS_URL"
+JOINING = "STUCK_CALL_JOINING"
 NEVER_PUSHED = "stop49:never-pushed"
 
 
@@ -35,6 +39,14 @@ def install() -> None:
         raise AssertionError("a push came to a list nobody pushes to")
 
     publish.__dict__["publish_plan"] = stuck  # the name the publish stage calls
+    if JOINING in os.environ:
+        join = threading.__dict__["_shutdown"]
+
+        def joining() -> None:
+            Path(os.environ[JOINING]).touch()
+            join()
+
+        threading.__dict__["_shutdown"] = joining  # what the interpreter's exit calls, by its name
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""A second stop signal during ``serve``'s exit is logged and the exit goes on to the status it would
+have had; a third ends the process at once, as a passed bound does (status 70, the embedded server
+ended with its dir).
+
+``serve``'s handler (``service.cli.exit_cleanly``) raised ``SystemExit`` at every signal. The first
+starts the exit; a second one (a terminal's second Ctrl-C, a supervisor's SIGTERM after Kubernetes')
+raised again wherever the exit was waiting: in the interpreter's join of a planning thread stuck on
+Redis, the join was cut and the process ended 0 before the guard's bound, where the stuck call
+would have made it 70 with the guard's WARNING (exit52); in the embedded server's stop, the stop was
+cut with the server's watcher already disarmed, and a third cut the finalizer's stop again: exit 0,
+the server left running for good, its dir kept. Each signal here is sent once the child is where
+the exit waits, which the child or the server shows; no sleep of the test's decides the outcome, and
+no duration is asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service import cli
+from service.api import exit_guard
+from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, SIGNALLED_LOG
+from service.cli import SECOND_SIGNAL_LOG, exit_cleanly
+from service.embedded import EmbeddedServer
+from tests.service.api.guard_stand import stood_guard
+from tests.service.api.serve_embedded import SERVERS, embedded_server, process_name, serve_embedded
+from tests.service.api.stopped_child import began, serving
+from tests.service.api.stuck_call import JOINING, STARTED, URL
+from tests.service.api_helpers import batch_body
+from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
+
+STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
+WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
+# the embedded case's command timeout: the guard's bound is 4 of them (12 s) past the app's stop, far
+# past the test's steps between its first signal and its third, so the guard does not fire first
+STALLED_TIMEOUT_S = 3
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)  # in /proc/<pid>/status's pending-signal masks
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A private server: the stuck call holds one of its clients until the child ends."""
+    with EmbeddedServer() as srv:
+        yield srv
+
+
+def _post(url: str) -> None:
+    """POST a step whose publish never returns; its connection is cut at the stop."""
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{url}/schedule", json=batch_body(step=1, policy="lpt"), timeout=WAIT_S)
+
+
+def _lines(logged: str, message: str) -> list[str]:
+    return [line for line in logged.splitlines() if message in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_second_signal_while_the_exit_joins_a_stuck_thread_keeps_the_guards_status(
+    second: signal.Signals, server: EmbeddedServer, tmp_path: Path
+) -> None:
+    started, joining = tmp_path / "started", tmp_path / "joining"
+    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
+    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
+        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        began(started, proc, WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        began(joining, proc, WAIT_S)  # uvicorn's wait is over: the exit joins the stuck thread
+        proc.send_signal(second)
+        _, logged = proc.communicate(timeout=WAIT_S)
+    assert (proc.returncode, len(_lines(logged, EXIT_LOG))) == (FORCED_STATUS, 1), logged
+    assert len(_lines(logged, SECOND_SIGNAL_LOG)) == 1, logged
+    assert "Traceback" not in logged
+
+
+def _sigterm_pending(pid: int) -> bool:
+    """Whether a SIGTERM waits on stopped process ``pid`` (the embedded server's stop has sent it)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, mask = line.partition(":")
+        if name in ("SigPnd", "ShdPnd") and int(mask, 16) & SIGTERM_BIT:
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the child's processes from /proc")
+def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_with_it(tmp_path: Path) -> None:
+    proc, _ = serve_embedded(tmp_path, STALLED_TIMEOUT_S, WAIT_S)
+    server, data_dir = embedded_server(proc.pid)
+    try:
+        os.kill(server, signal.SIGSTOP)  # the server stalls: it takes no SIGTERM until it resumes
+        proc.send_signal(signal.SIGTERM)
+        while not _sigterm_pending(server):  # the exit is in the embedded server's stop
+            assert proc.poll() is None, "serve ended before it stopped its server"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        heard = ""
+        while SECOND_SIGNAL_LOG not in heard:
+            heard = proc.stderr.readline()
+            assert heard, "serve ended without saying it heard the second signal"
+        proc.send_signal(signal.SIGINT)
+        _, logged = proc.communicate(timeout=WAIT_S)
+        assert (proc.returncode, len(_lines(logged, SIGNALLED_LOG))) == (FORCED_STATUS, 1), logged
+        assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
+        assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived serve"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if process_name(server) in SERVERS:  # ours, left running: end it
+            os.kill(server, signal.SIGKILL)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_the_handler_exits_at_the_first_signal_logs_the_second_and_forces_at_the_third(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    stood = stood_guard(monkeypatch)
+    monkeypatch.setattr(exit_guard, "_last_acts", ())
+    monkeypatch.setattr(cli, "_heard", 0)
+    with pytest.raises(SystemExit) as first:
+        exit_cleanly(signal.SIGTERM, None)
+    exit_cleanly(signal.SIGINT, None)  # returns: the exit goes on
+    assert (first.value.code, stood.status, _lines(caplog.text, SECOND_SIGNAL_LOG) != []) == (0, [], True)
+    exit_cleanly(signal.SIGTERM, None)
+    assert (stood.status, _lines(caplog.text, SIGNALLED_LOG) != []) == ([FORCED_STATUS], True)
+
+
+@pytest.mark.parametrize("decided", ["fired", "exited"])
+def test_a_forcing_signal_leaves_an_exit_whose_status_is_decided_as_it_ends(
+    decided: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard fired (it ends the process within its last acts, with its own WARNING), or the exit's
+    last wait ended within the bound (it ends 0): a third signal then adds nothing."""
+    stood = stood_guard(monkeypatch)
+    if decided == "fired":
+        exit_guard._fired.set()
+    else:
+        monkeypatch.setattr(exit_guard, "_exited", True)
+    exit_guard.force("SIGTERM")
+    assert stood.status == []
