@@ -65,7 +65,7 @@ def exit_cleanly(signum: int, frame: object) -> None:
     and the third ends the process now (``exit_guard.force``: the last acts, status 70). A second
     that raised again cut the exit where it waited: the join of a thread stuck on Redis, the
     embedded server's stop, the exit guard's decision, and the process ended 0 where its bound would
-    have said 70, an embedded server left running where its stop was cut (exit52)."""
+    have said 70, an embedded server left running where a third cut its stop again (exit52)."""
     del frame
     global _heard
     _heard += 1
