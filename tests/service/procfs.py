@@ -1,6 +1,7 @@
 """This process's children and open file descriptors, and whether a pid runs, read from ``/proc``
 (Linux, no ``ps`` to spawn): what a server object dropped or never stopped must not leave behind; and
-the pid an embedded server reports, to tell it from its watcher."""
+the pid an embedded server reports, to tell it from its watcher; and the embedded server a ``serve``
+child runs, with its data dir."""
 
 from __future__ import annotations
 
@@ -82,3 +83,23 @@ def kill_if_still_there(url: str, pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
     except (redis.RedisError, ProcessLookupError):
         pass
+
+
+SERVERS = ("valkey-server", "redis-server")  # the embedded server's command names
+
+
+def command_name(pid: int) -> str:
+    """The command name of process ``pid``; empty once it is gone."""
+    try:
+        return (PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def embedded_server_of(pid: int) -> tuple[int, Path]:
+    """The pid of process ``pid``'s embedded server child and its data dir (the server runs in it:
+    ``--dir``). A child still, in the session of its own it runs in (``embedded._spawn``)."""
+    for child in (PROC / str(pid) / "task" / str(pid) / "children").read_text().split():
+        if command_name(int(child)) in SERVERS:
+            return int(child), Path(os.readlink(PROC / child / "cwd"))
+    raise AssertionError("no embedded server process")

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS
-from tests.service.api.serve_embedded import SERVERS, embedded_server, process_name, serve_embedded
+from tests.service.api.serve_embedded import serve_embedded
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
+from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,7 +32,7 @@ WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s pa
 
 def test_a_stalled_embedded_server_is_ended_with_its_dir_when_the_guard_ends_the_exit(tmp_path: Path) -> None:
     proc, _ = serve_embedded(tmp_path, 1, WAIT_S)
-    server, data_dir = embedded_server(proc.pid)
+    server, data_dir = embedded_server_of(proc.pid)
     try:
         os.kill(server, signal.SIGSTOP)  # the server stalls: it takes no SIGTERM until it resumes
         proc.send_signal(signal.SIGTERM)
@@ -44,6 +45,6 @@ def test_a_stalled_embedded_server_is_ended_with_its_dir_when_the_guard_ends_the
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if process_name(server) in SERVERS:  # ours, left running: end it
+        if command_name(server) in SERVERS:  # ours, left running: end it
             os.kill(server, signal.SIGKILL)
         shutil.rmtree(data_dir, ignore_errors=True)

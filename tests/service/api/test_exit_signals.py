@@ -32,11 +32,12 @@ from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, SIGNALLED_LOG
 from service.cli import SECOND_SIGNAL_LOG, exit_cleanly
 from service.embedded import EmbeddedServer
 from tests.service.api.guard_stand import stood_guard
-from tests.service.api.serve_embedded import SERVERS, embedded_server, process_name, serve_embedded
+from tests.service.api.serve_embedded import serve_embedded
 from tests.service.api.stopped_child import began, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
 from tests.service.api_helpers import batch_body
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
+from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
 STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
@@ -95,7 +96,7 @@ def _sigterm_pending(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the child's processes from /proc")
 def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_with_it(tmp_path: Path) -> None:
     proc, _ = serve_embedded(tmp_path, STALLED_TIMEOUT_S, WAIT_S)
-    server, data_dir = embedded_server(proc.pid)
+    server, data_dir = embedded_server_of(proc.pid)
     try:
         os.kill(server, signal.SIGSTOP)  # the server stalls: it takes no SIGTERM until it resumes
         proc.send_signal(signal.SIGTERM)
@@ -116,7 +117,7 @@ def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_wi
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if process_name(server) in SERVERS:  # ours, left running: end it
+        if command_name(server) in SERVERS:  # ours, left running: end it
             os.kill(server, signal.SIGKILL)
         shutil.rmtree(data_dir, ignore_errors=True)
 
