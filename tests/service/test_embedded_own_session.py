@@ -1,0 +1,133 @@
+"""The embedded server runs in a session of its own: a signal to its owner's process group (a
+terminal's Ctrl-C, a ``kill -TERM -PGID``) reaches the owner alone, whose stop ends the server last.
+
+In the owner's group, the server ended at once of that signal, while the owner's stop still wrote to it
+(``serve``: a step's publish, a mark's take-back, each met ``Connection refused``). Out of it, a
+stop's handler that raises (``serve``'s ``exit_cleanly``) while ``Popen`` still returns must not
+lose the process it started: no group signal ends that one any more (``embedded._spawn``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
+from tests.service.procfs import SERVERS, command_name, kill_if_still_there, server_pid
+
+WAIT_S = 60.0  # a bound against never, for a loaded host
+SLOW_S = 2.0  # how long the owner's ``Popen`` takes to return once the server is started
+
+# An owner whose stop on SIGTERM raises, as serve's does: at its stop it writes its server's answer to
+# a PING asked after the signal, then stops the server.
+ASKS_AFTER_THE_SIGNAL = """
+import signal
+import redis
+from service.embedded import EmbeddedServer
+def stop(signum, frame):
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+with EmbeddedServer() as server:
+    print(server.url, flush=True)
+    try:
+        signal.pause()
+    finally:
+        print(redis.Redis.from_url(server.url).ping(), flush=True)
+"""
+
+# An owner whose ``Popen`` of its server returns ``SLOW_S`` after the server started, having written
+# the server's pid; its stop says whether ``Popen`` had returned by then. The data dir, argv[1], is the
+# test's: a temporary one, removed at the owner's exit while the server still started, left a server
+# that ``Popen`` had lost ending of itself, which hid the loss.
+STOPPED_WHILE_SPAWNING = f"""
+import signal, subprocess, sys, time
+from pathlib import Path
+from service.embedded import EmbeddedServer
+spawning = []
+class SlowToReturn(subprocess.Popen):
+    def __init__(self, args, **kwargs):
+        super().__init__(args, **kwargs)
+        if "--dir" in args:
+            spawning.append(True)
+            print(self.pid, flush=True)
+            time.sleep({SLOW_S})
+            spawning.clear()
+subprocess.Popen = SlowToReturn
+def stop(signum, frame):
+    print("spawning" if spawning else "spawned", flush=True)
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+EmbeddedServer(data_dir=Path(sys.argv[1])).start()
+"""
+
+
+def _owner(script: str, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run ``script`` with ``args`` in a process group of its own, as a terminal's job (this test is not
+    in it): the process and its first line's words (none where it ended first)."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert owner.stdout is not None
+    return owner, owner.stdout.readline().split()
+
+
+def _ended(owner: subprocess.Popen[str]) -> tuple[str, str]:
+    """The owner's exit, within ``WAIT_S``: its stdout and stderr."""
+    try:
+        return owner.communicate(timeout=WAIT_S)
+    finally:
+        _gone(owner)
+
+
+def _gone(owner: subprocess.Popen[str]) -> None:
+    """Kill the owner, with its group, if it still runs: no owner outlives its test."""
+    if owner.poll() is None:
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait()
+
+
+def test_a_signal_to_the_owners_group_leaves_the_server_answering_until_the_owner_stops_it() -> None:
+    owner, started = _owner(ASKS_AFTER_THE_SIGNAL)
+    try:
+        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
+        url = started[0]
+        pid = server_pid(url)
+        data_dir = Path(os.readlink(f"/proc/{pid}/cwd"))  # the server runs in it (``--dir``)
+        try:
+            assert os.getpgid(pid) != os.getpgid(owner.pid), "the server is in its owner's process group"
+            os.killpg(owner.pid, signal.SIGTERM)
+            out, err = _ended(owner)
+            assert (owner.returncode, out.split()) == (0, ["True"]), err[-2000:]
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
+            assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived its server"
+        finally:
+            kill_if_still_there(url, pid)
+            _gone(owner)
+            shutil.rmtree(data_dir, ignore_errors=True)  # the owner's, once the owner is gone
+    finally:
+        _gone(owner)
+
+
+def test_a_stop_while_the_server_is_being_started_ends_it(tmp_path: Path) -> None:
+    owner, started = _owner(STOPPED_WHILE_SPAWNING, str(tmp_path))
+    try:
+        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
+        pid = int(started[0])
+        try:
+            os.killpg(owner.pid, signal.SIGTERM)
+            out, err = _ended(owner)
+            assert (owner.returncode, out.split()) == (0, ["spawning"]), err[-2000:]
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
+        finally:
+            if command_name(pid) in SERVERS:  # ours, left running: end it
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        _gone(owner)
