@@ -40,9 +40,9 @@ WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it 
 # without a stop; the pidfd readable, the server ended: nothing left to stop (and the owner, alive, keeps
 # the dir). SIGCONT wakes a server stopped by SIGSTOP (the outage tests) to take the SIGTERM; the dir is
 # removed once the pidfd says the server has ended, within a minute (one slower to end keeps it). Ctrl-C
-# and a closed terminal reach the whole process group, of which its owner may die and whose server
-# ignores SIGHUP: the watcher runs in a session of its own, out of their reach, and ignores both anyway
-# (a ``kill`` of a group it was put in).
+# and a closed terminal reach the whole process group, of which its owner may die: the watcher runs in
+# a session of its own, out of their reach, as its server does, and ignores both as well (a ``kill`` of
+# a group it was put in).
 WATCHER = """
 import os, select, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)

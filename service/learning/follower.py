@@ -26,9 +26,10 @@ starting ``RELOAD_EVERY_S`` plus one follow period after the version was stored 
 (``model store: ...``).
 
 A failed follow (Redis down) is tried again at the next tick and logged once per outage, at its
-second failure in a row: a replica's stop under ``make run`` (the process group's SIGTERM reaches the
-embedded server first) failed one last follow before the stop halted the thread, a warning on every
-Ctrl-C; the request's own sync meets an outage as before. The thread's lifecycle is
+second failure in a row: a replica's stop under ``make run`` (the process group's SIGTERM reached the
+embedded server first, before it ran in a session of its own: ``service/embedded.py``) failed one last
+follow before the stop halted the thread, a warning on every Ctrl-C; the request's own sync meets an
+outage as before. The thread's lifecycle is
 ``service.periodic``'s, as the reaper's.
 """
 

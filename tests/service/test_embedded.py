@@ -120,8 +120,9 @@ def test_a_server_whose_owners_process_group_is_signalled_stops_with_its_owner(
     signum: int, paused: bool
 ) -> None:
     """A closed terminal or Ctrl-C signals the owner's whole process group: the owner dies of it,
-    unstopped (no finalizer runs), and the server (which ignores SIGHUP; a paused one takes no
-    signal until it is continued) is left to the watcher, which must not die of the same signal."""
+    unstopped (no finalizer runs), and the server (in a session of its own, which the signal does not
+    reach; a paused one takes no signal until it is continued) is left to the watcher, which must not
+    die of the same signal."""
     owner = subprocess.Popen(
         [sys.executable, "-c", GROUP_OWNER],
         stdout=subprocess.PIPE,

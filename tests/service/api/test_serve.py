@@ -241,7 +241,7 @@ def test_serve_redis_cluster_without_a_url_exits_at_once_with_one_line(tmp_path:
     try:
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:  # it waited on the embedded server: end that server too
+        if proc.poll() is None:  # it waited on the embedded server: its watcher ends that one
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 2
