@@ -119,3 +119,13 @@ def test_another_spread_or_seed_is_drawn_afresh() -> None:
     assert problem.draws(other, 0) is not drawn
     assert problem.draws(other, 1) is not problem.draws(other, 0)
     assert not np.array_equal(problem.draws(other, 1).rows(4), problem.draws(other, 0).rows(4))
+
+
+def test_draws_asked_past_samples_are_the_samples_draws_and_a_shorter_ask_the_first_of_them() -> None:
+    request = _service_batch(16, 8, seed=5)
+    spread = _spread(request)
+    whole = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
+    drawn = SeededDraws(spread, request.seed)
+    assert np.array_equal(drawn.rows(SAMPLES + 8), whole)
+    assert drawn.drawn == SAMPLES
+    assert np.array_equal(drawn.rows(4), whole[:4])
