@@ -1,0 +1,81 @@
+"""The step keeper reaches the new master of a stalled master's slots failed over while another master
+stalls too, on a real 3-master Redis Cluster: the failover check (``coverage.served_elsewhere``) asks
+the masters in the client's order, and one that does not answer is passed over for the next, which
+tells the move. Taken as "nothing known to have moved", the tick stayed on the stalled old master and
+the entries lapsed under their live requests (test_keeper_master_failed_over.py has the move alone)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from service.context import Context
+from service.delivery import Delivery, keys
+from service.pipeline.step_keeper import Entry, StepKeeper
+from service.redis_conn import connect
+from service.settings import Settings
+from tests.cluster import LocalCluster, serve_the_rest
+from tests.service.learning.test_keeper_master_failed_over import (
+    REFRESHED_S,
+    SHORT_MS,
+    STALLED,
+    TIMEOUT_S,
+    _moved_around,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this module's own: its test moves a stalled master's slots for good."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_moved(
+    cluster: LocalCluster,
+) -> None:
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    steps = [s for s in range(100_000) if key_slot(keys.step_planning(s).encode()) in STALLED][:2]
+    old = client.get_node_from_key(keys.step_planning(steps[0])).port  # type: ignore[no-untyped-call]
+    others = [node.port for node in client.get_primaries() if node.port != old]  # type: ignore[no-untyped-call]
+    silent, new = others  # the check asks ``silent`` first: it does not answer, ``new`` tells the move
+    stalled = {node.port: node for node in cluster.nodes}
+    time.sleep(REFRESHED_S)  # its map read that long ago, as a long-lived service's was
+    stalled[old].signal(signal.SIGSTOP)
+    try:
+        _moved_around(cluster, {key_slot(keys.step_planning(s).encode()) for s in steps}, new, silent)
+        fresh = Delivery(redis.RedisCluster(host="127.0.0.1", port=new, socket_timeout=TIMEOUT_S))
+        for step in steps:
+            fresh.enter_planning(step, "r", SHORT_MS)
+        stalled[silent].signal(signal.SIGSTOP)
+        try:
+            keeper = StepKeeper()
+            ctx = cast(Context, SimpleNamespace(delivery=delivery))
+            for step in steps:
+                keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
+            keeper.tick()
+            for step in steps:
+                keeper.let_go(Entry(step, "r"))
+        finally:
+            stalled[silent].signal(signal.SIGCONT)
+        seconds, micros = fresh.client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        left = [float(fresh.client.zscore(keys.step_planning(s), "r") or 0) - now_ms for s in steps]
+    finally:
+        stalled[old].signal(signal.SIGCONT)
+    assert min(left) > SHORT_MS
