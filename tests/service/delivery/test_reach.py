@@ -8,7 +8,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, TryAgainError
 
 from service.delivery import keys
 from service.delivery.reach import Reach
@@ -90,3 +90,19 @@ def test_a_schedule_that_answered_then_failed_is_not_reached(redis_client: redis
 def test_a_walk_over_no_schedules_is_no_outage(redis_client: redis.Redis) -> None:
     """Nothing reached and nothing missed (an empty inbox, no schedule to reap): nothing to raise."""
     assert Reach(redis_client).outage() is None
+
+
+def test_a_node_is_asked_which_slots_are_unserved_only_after_it_said_one_is_not_served(
+    cluster_client: RedisCluster,
+) -> None:
+    """A TRYAGAIN (a slot mid-reshard: served, its keys moving) says nothing of unserved slots: no
+    ``CLUSTER SLOTS`` is due. A "Hash slot not served" is: due once, and asked (``learn``) no longer due."""
+    first, second = "s0", next(sid for sid in _ids(100) if _slot(sid) != _slot("s0"))
+    reach = Reach(cluster_client)
+    reach.got("reached")  # a walk that reached a schedule: no outage in the way
+    reach.missed(first, TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"))
+    assert not reach.unasked
+    reach.missed(second, ClusterDownError("Hash slot not served"))
+    assert reach.unasked
+    reach.learn()
+    assert not reach.unasked
