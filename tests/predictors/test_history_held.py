@@ -24,3 +24,15 @@ def test_held_rows_join_to_the_trace_held_when_asked_and_not_to_rows_appended_af
 
 def test_an_empty_history_holds_an_empty_trace() -> None:
     assert len(History().held()()) == 0
+
+
+def test_a_held_join_keeps_the_rows_appended_after_it_in_the_history() -> None:
+    """The join replaces the chunks it joined where they are still held: the rows appended since stay
+    held, after them, and the snapshot has none of them."""
+    history = History()
+    for step in range(2):
+        history.append(_rows(step))
+    held = history.held()
+    history.append(_rows(2))
+    assert held().step.tolist() == [0] * 6 + [1] * 6
+    assert history.trace.step.tolist() == [0] * 6 + [1] * 6 + [2] * 6
