@@ -25,16 +25,11 @@ and mark of such a slot paid the wait at every tick). Its own slots only: its vi
 can lag (a slot served again elsewhere, not heard of yet), and taken for every slot, it let the other
 masters' entries and marks lapse under their live requests (review51b).
 
-A master that did not answer may have been failed over: its slots now another master's. The client's
-own path asks the cluster for its map again on the failure, but at most once a second
-(``topology_refresh_min_interval``): a map read less than a second before (a request's call had met the
-dead master as the failover began) sent the keep to the old master on every try, and it waited a whole
-tick (``PLANNING_MARGIN_S`` / 4: 15 s) past the failover (cluster52). So the first such failure of each
-master in a pass reads the map again itself (``remapped``: one ``CLUSTER SLOTS`` to a live node, the
-failed one asked last), and where the key's slot now has another master, the caller sends it once more.
-Once a master a pass: a master down and not failed over costs a tick one read of the map, not one a
-key; and a refresh that no node answers is the whole cluster's outage, so the rest of the pass asks
-nothing (a cluster down costs a tick one refresh).
+A master that did not answer may have been failed over, its slots now another master's, which the
+client's paced refresh has not seen yet: the first such failure of each master in a pass reads the map
+again (``remap.py``: cluster52, shared with the sidecar's walks since review52c), and where the key's
+slot now has another master, the caller sends it once more (``sent``). A read that no node answers is
+the whole cluster's outage, so the rest of the pass asks nothing (a cluster down costs a tick one read).
 """
 
 from __future__ import annotations
@@ -46,10 +41,11 @@ from typing import TypeVar
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import AuthenticationError, RedisClusterException, RedisClusterUnreachableError
+from redis.exceptions import RedisClusterException
 
 from service.delivery.coverage import unserved_slots
 from service.delivery.errors import NODE_DOWN, cluster_down, not_served
+from service.delivery.remap import Remap, resent
 
 T = TypeVar("T")
 SERVER = "server"  # a single Redis: the one master of every key
@@ -64,7 +60,10 @@ class Unanswered:
     _every: Exception | None = field(default=None, init=False)
     # master name -> the slots it said no master serves, and its refusal that had it asked
     _unserved: dict[str, tuple[frozenset[int], Exception]] = field(default_factory=dict, init=False)
-    _remapped: set[str] = field(default_factory=set, init=False)  # masters whose failure re-read the map
+    _remap: Remap = field(init=False)  # the map read again after a master's failure (``remap.py``)
+
+    def __post_init__(self) -> None:
+        self._remap = Remap(self.client)
 
     def known(self, key: str) -> Exception | None:
         """The error ``key``'s master, or its slot, failed with earlier in this pass: don't ask; None:
@@ -100,38 +99,17 @@ class Unanswered:
         """``send()``, a call on ``key``; where its master did not answer and ``remapped`` finds its slot
         failed over, once more (to the new master): its error raised otherwise, for the caller's
         ``met``."""
-        try:
-            return send()
-        except NODE_DOWN as error:
-            if not self.remapped(key, error):
-                raise
-        return send()
+        return resent(key, send, self.remapped)
 
     def remapped(self, key: str, error: Exception) -> bool:
         """Whether ``key``'s master, which did not answer (``error``: ``NODE_DOWN``), has been replaced
-        by the map read again now: the caller sends the key once more, to its new master. The map is
-        read once a master a pass, by ``NodesManager.initialize`` (redis-py's public refresh, which
-        its own path paces to once a second: a client whose map was read just before a failover kept
-        sending to the old master for a tick). A refresh that reaches no node is the cluster down: the
-        rest of the pass passes every key over with ``error``. A refused login is no outage: no read."""
-        client = self.client
-        if not isinstance(client, RedisCluster) or not isinstance(error, NODE_DOWN):
-            return False
-        if isinstance(error, AuthenticationError):  # a ConnectionError: credentials, not a node down
-            return False
-        old = self.master(key)
-        if old is None or old in self._remapped:
-            return False
-        self._remapped.add(old)
-        try:
-            client.nodes_manager.initialize(last_failed_node_name=old)
-        except RedisClusterUnreachableError:
-            self._every = error
-            return False
-        except RedisClusterException:  # nodes that disagree, or slots uncovered: the last map kept
-            return False
-        new = self.master(key)
-        return new is not None and new != old
+        in the map read again now (``remap.Remap.moved``: once a master a pass): the caller sends the
+        key once more, to its new master. A read that reaches no node is the cluster down: the rest of
+        the pass passes every key over with ``error``."""
+        moved = self._remap.moved(key, error)
+        if self._remap.unreachable is not None:
+            self._every = self._remap.unreachable
+        return moved
 
     def silent(self) -> frozenset[str]:
         """The names of the masters that did not answer earlier in this pass."""
