@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from service.delivery import keys as keyspace
@@ -205,7 +206,8 @@ class Delivery(PlanningMarks):
             for lease in group:
                 args += [lease.key, lease.token]
             try:
-                deadlines = self._settled(schedule_id, self._call(self.scripts.heartbeat, schedule_id, args))
+                beat = partial(self._call, self.scripts.heartbeat, schedule_id, args)
+                deadlines = self._settled(schedule_id, reach.sent(schedule_id, beat))
             except UnknownScheduleError:
                 reach.got(schedule_id)
                 continue

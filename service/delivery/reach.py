@@ -41,12 +41,20 @@ thread of its own) makes it in ``missed``; the sidecar's claim walk, on its even
 thread after ``missed`` (``unasked``, ``learn``: cluster51; before, it never asked, and paid the
 0.26 s at every unserved slot). A schedule passed over so is missed as its call's failure would have
 been, its slot's master counted: the outage rule holds as if it had been asked.
+
+What a walk that ``learns`` does where a master did not answer (review52c): the client's own refresh
+of its map is paced to once a second, so a heartbeat just after a failover sent a lease's extension to
+the old master on every try and left it for a beat (a third of its TTL). So the walk's call goes
+through ``sent``: the first failure of each master in the walk reads the map again (``remap.py``, the
+step keeper's remedy), and where the schedule's slot has a new master, it is asked once more, there.
+A read that no node answers is the cluster down, as a node's "The cluster is down" is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
@@ -56,6 +64,9 @@ from service.delivery import keys as keyspace
 from service.delivery.calls import RedisClient
 from service.delivery.coverage import unserved_slots
 from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, cluster_down, not_served
+from service.delivery.remap import Remap, resent
+
+T = TypeVar("T")
 
 TRIED_DOMAINS = 2  # masters failed, none reached, after which the walk is an outage
 UNMAPPED = ("node", None)  # the "master" of every slot the client's map sends nowhere
@@ -76,6 +87,25 @@ class Reach:
     # node (``_node``) -> the slots it knows no master for, and its refusal that had it asked
     _unserved: dict[Hashable, tuple[frozenset[int], Exception]] = field(default_factory=dict, init=False)
     _asking: tuple[ClusterNode, Exception] | None = field(default=None, init=False)  # to ask (``learn``)
+    _remap: Remap | None = field(default=None, init=False)  # the map read again (``sent``), made once
+
+    def sent(self, schedule_id: str, send: Callable[[], T]) -> T:
+        """``send()``, the walk's call on ``schedule_id``; where its master did not answer and the map
+        read again (a walk that ``learns`` only: a blocking call) gives its slot a new master, once more,
+        there (``remap.resent``): its error raised otherwise, for ``missed``."""
+        if not self.learns:
+            return send()
+        return resent(keyspace.schedule_keys(schedule_id, self.prefix).meta, send, self._moved)
+
+    def _moved(self, key: str, error: Exception) -> bool:
+        """``remap.Remap.moved`` for the walk; a read that reached no node is the cluster down: every
+        schedule after it passed over with ``error``."""
+        if self._remap is None:
+            self._remap = Remap(self.client)
+        moved = self._remap.moved(key, error)
+        if self._remap.unreachable is not None:
+            self._down = self._remap.unreachable
+        return moved
 
     @property
     def catches(self) -> tuple[type[Exception], ...]:

@@ -1,0 +1,114 @@
+"""A sidecar's first heartbeat after a failover extends the leases of the failed master's schedules
+at the new master, on a real 3-master Redis Cluster, where the sidecar's client read its slot map less
+than a second before the failover.
+
+redis-py reads a cluster's map again on an error at most once a second
+(``topology_refresh_min_interval``). While a master is down and not yet failed over, a sidecar's claims
+and pushes meet it and read the map (the old master still named) about once a second; a heartbeat
+within the second after the failover sent the lease's extension to the old master on every try, its
+refresh not due, and left the lease unextended for a whole beat (a third of its TTL): a lease whose
+master took longer than a beat to fail over then lapsed under a live worker, and the reaper gave its
+trajectory to another (review52c, docs/experiments.md). The heartbeat walk now reads the map itself on
+the first failure of a master (``remap.Remap``, the step keeper's remedy) and sends the schedule once
+more, to the new master. ``LocalCluster`` has no replicas: the failover is the slot given to another
+master (``CLUSTER SETSLOT ... NODE``, its epoch bumped) with the schedule's keys copied there first, as
+a replica holds them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
+from service.delivery.records import Lease
+from service.redis_conn import connect
+from service.settings import Settings
+from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
+from tests.service.learning.test_keeper_failover_fresh_map import AGED_S, PACED_S, TIMEOUT_S, _failed_over
+from tests.service.sidecar.procs import item, publish
+
+pytestmark = pytest.mark.slow
+DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
+TTL_MS = 30_000  # the lease's TTL: its deadline is far, so only the beat's reach is measured
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of the test's own: it kills a master and moves a slot for good."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _on_dead() -> str:
+    """A schedule id whose slot is in ``DEAD``."""
+    return next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in DEAD)
+
+
+def _copied(port: int, slot: int) -> list[tuple[str, int, bytes]]:
+    """Every key of ``slot`` at the master on ``port``: name, ms left (0: none), its ``DUMP``."""
+    with redis.Redis(port=port) as node:
+        names = node.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        return [(name.decode(), max(int(node.pttl(name)), 0), node.dump(name)) for name in names]
+
+
+def _restored(port: int, keys: list[tuple[str, int, bytes]]) -> None:
+    """``keys`` written at the master on ``port``, as its replica held them."""
+    with redis.Redis(port=port) as node:
+        for name, left_ms, dumped in keys:
+            node.restore(name, left_ms, dumped, replace=True)
+
+
+def _lease_failed_over(cluster: LocalCluster) -> tuple[Delivery, Lease, float]:
+    """A lease held on the last master's schedule; that master killed, the client's map read again
+    (a claim's call meets it: still the old master), then its slot failed over to another master with
+    the schedule's keys: the delivery, the lease, and when the map was read."""
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    sid = _on_dead()
+    publish(delivery, sid, {"w": [item("p", 0, 5)]}, lease_ttl_ms=TTL_MS)
+    (lease,) = delivery.claim(sid, "w", 1)
+    meta = delivery.keys(sid).meta
+    old = client.get_node_from_key(meta).port  # type: ignore[no-untyped-call]
+    live = [node.port for node in cluster.nodes if node.port != old]  # the first takes its slot
+    held = _copied(old, slot_of(sid))
+    next(node for node in cluster.nodes if node.port == old).kill()
+    time.sleep(AGED_S)
+    asked = time.monotonic()
+    with pytest.raises(redis.ConnectionError):  # a claim's call: the map read again, still the old one
+        client.get(meta)
+    _failed_over(live, {slot_of(sid)})
+    _restored(live[0], held)
+    return delivery, lease, asked
+
+
+def test_the_first_heartbeat_after_a_failover_extends_the_lease_at_the_new_master(
+    cluster: LocalCluster,
+) -> None:
+    delivery, lease, asked = _lease_failed_over(cluster)
+    beat = time.monotonic()
+    alive, reach = delivery.heartbeat_reaching(
+        [lease], None, Reach(delivery.client, delivery.prefix, learns=True)
+    )
+    delivery.client.close()
+    assert beat - asked < PACED_S  # the client's own refresh not due at the beat's first try
+    assert reach.missing == {}
+    assert [(a.key, a.deadline_ms > lease.deadline_ms) for a in alive] == [(lease.key, True)]
+
+
+def test_a_walk_that_does_not_learn_leaves_the_map_to_the_clients_own_refresh(cluster: LocalCluster) -> None:
+    """A walk on the event loop (a claim's, ``learns=False``) makes no blocking call of its own: the
+    lease's schedule is missed with the old master's error, for the next walk."""
+    delivery, lease, _ = _lease_failed_over(cluster)
+    alive, reach = delivery.heartbeat_reaching([lease], None, Reach(delivery.client, delivery.prefix))
+    delivery.client.close()
+    assert alive == []
+    assert isinstance(reach.missing.get(lease.schedule_id), redis.ConnectionError)
