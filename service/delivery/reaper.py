@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
+from functools import partial
 
 import redis
 
@@ -69,7 +70,8 @@ def reap_all(
     as an outage: in the due order, two schedules of failed masters first raised every pass before
     any served schedule was reaped (helper reaper49). A pass's own ``reach`` learns which slots are
     unserved from the first that fails, and passes the others over unasked (``reach.py``): each was a
-    call of 0.26 s (helper cluster50).
+    call of 0.26 s (helper cluster50). A schedule whose master did not answer is reaped at a failover's
+    new master in the same pass, the map read again (``Reach.sent``: review52c), not a pass later.
     """
     reports: dict[str, ReapReport] = {}
     reach = Reach(delivery.client, delivery.prefix, learns=True) if reach is None else reach
@@ -77,7 +79,7 @@ def reap_all(
         if reach.passed_over(schedule_id):  # its slot or master failed already this pass
             continue
         try:
-            reports[schedule_id] = delivery.reap(schedule_id, now_ms)
+            reports[schedule_id] = reach.sent(schedule_id, partial(delivery.reap, schedule_id, now_ms))
         except UnknownScheduleError:
             delivery.client.zrem(keyspace.active_index(delivery.prefix), schedule_id)
         except reach.catches as error:  # tried again next pass, its slot served or not

@@ -25,6 +25,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery.protocol import Delivery
 from service.delivery.reach import Reach
+from service.delivery.reaper import reap_all
 from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
@@ -112,3 +113,18 @@ def test_a_walk_that_does_not_learn_leaves_the_map_to_the_clients_own_refresh(cl
     delivery.client.close()
     assert alive == []
     assert isinstance(reach.missing.get(lease.schedule_id), redis.ConnectionError)
+
+
+def test_the_first_reaper_pass_after_a_failover_reaches_the_schedule_at_the_new_master(
+    cluster: LocalCluster,
+) -> None:
+    """The reaper's pass (on a thread of its own: its walk ``learns``) reaches the schedule in the
+    same pass, its lease past its deadline on the pass's clock, rather than a pass later."""
+    delivery, lease, asked = _lease_failed_over(cluster)
+    passed = time.monotonic()
+    reach = Reach(delivery.client, delivery.prefix, learns=True)
+    reports = reap_all(delivery, now_ms=lease.deadline_ms + 1, reach=reach)
+    delivery.client.close()
+    assert passed - asked < PACED_S
+    assert reach.missing == {}
+    assert lease.schedule_id in reports
