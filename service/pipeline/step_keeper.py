@@ -21,7 +21,12 @@ Each is kept ``LONGEST_S`` at most: every request ends long before (the longest 
 the plan queue's timeout an hour at most), so only one whose take-back was never called, a bug, would
 outlive it, and it then lapses as a dead replica's does rather than keep its step out, or its id
 withdrawable, for good. A Redis error extending is a warning: they lapse at their deadline, as before,
-and the next tick tries again.
+and the next tick tries again. Redis refusing the service's user (``NoPermissionError``: an ACL without
+the keep's command; a password changed) is an error, each tick: no tick heals it, only an operator's
+change to the ACL does, and as a warning it read as the passing outages each tick heals (review52c). It
+is how a sidecar tells the same refusal of its heartbeat (an error at each beat), and, like it, no
+``/readyz`` 503: every replica shares the user, and a 503 would take them all out of service for the
+overrunning requests' keeps alone (requests under such an ACL answer 503 ``redis-refused`` already).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from service.context import Context
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
 from service.delivery.unanswered import Unanswered
+from service.redis_conn import refused
 
 _log = logging.getLogger("service.pipeline")
 
@@ -170,15 +176,9 @@ def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], 
             failed = ctx.delivery.keep_planning(by_step, life_ms, unanswered)  # told who did not answer
             pushed.extend(kept for kept in due if isinstance(kept, Entry) and kept.step not in failed)
             if failed:
-                first = next(iter(failed.values()))
-                _log.warning(
-                    "%d steps' planning entries not extended: %s: %s",
-                    len(failed),
-                    type(first).__name__,
-                    first,
-                )
+                _told("%d steps' planning entries not extended", len(failed), list(failed.values()))
     except REDIS_FAILED as error:
-        _log.warning("step's planning entries not extended: %s: %s", type(error).__name__, error)
+        _told("%d steps' planning entries not extended", len(by_step), [error])
     if marks:
         _kept_marks(ctx, marks, life_ms, unanswered, (pushed, gone))
     return pushed, gone
@@ -217,8 +217,15 @@ def _kept_marks(
             continue
         (pushed if held else gone).append(kept)
     if failed:
-        first = failed[0]
-        _log.warning("%d in-flight marks not extended: %s: %s", len(failed), type(first).__name__, first)
+        _told("%d in-flight marks not extended", len(failed), failed)
+
+
+def _told(what: str, count: int, failed: list[Exception]) -> None:
+    """``count`` not extended (``what``), told once a tick with the first of ``failed``: a warning, or
+    an error naming the refusal where Redis refused the service's user (the module's docstring)."""
+    first = next((error for error in failed if refused(error)), failed[0])
+    level = logging.ERROR if refused(first) else logging.WARNING
+    _log.log(level, what + ": %s: %s", count, type(first).__name__, first)
 
 
 KEEPER = StepKeeper()
