@@ -54,7 +54,7 @@ def _toward(asked: list[Asked], dropped: range) -> int:
 
 
 def test_a_heartbeat_asks_one_schedule_of_each_masters_dropped_range_and_each_node_once(
-    cluster: LocalCluster,
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster.flushall()
     ids = _ids()
@@ -74,7 +74,7 @@ def test_a_heartbeat_asks_one_schedule_of_each_masters_dropped_range_and_each_no
         for dropped in DROPPED
     }
     assert len(set(owners.values())) == len(DROPPED)  # two masters' ranges
-    asked = _spy(client)
+    asked = _spy(client, monkeypatch)
     for dropped in DROPPED:
         unserve_range(cluster, dropped)
     try:
