@@ -42,6 +42,7 @@ from scheduler.policies.blind_draws import least_drawn, outlived
 from scheduler.policies.least_loaded import LeastLoadedPolicy, worker_lanes
 from scheduler.policies.load import KV_FILL, estimate, rates
 from scheduler.policies.ordering import order_queues
+from scheduler.policies.plan_draws import priced
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import SAMPLES, Spread, least_expected
 from scheduler.policies.round_robin import RoundRobinPolicy
@@ -55,9 +56,9 @@ SMALL = 512  # trajectories up to which least loaded's plan is always a candidat
 
 DRAWS_COST = 1.0  # lpt phases the bar's draws take before their pace is known, none in hand:
 # ``SAMPLES`` drawn and ``outlived``'s first ``CHUNK`` played, 0.8-1.24 lpt starts at 1,024 x 16 and
-# 4,096 x 32 (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a)
-DRAWING = 0.5  # of which drawing all ``SAMPLES``, charged for the rows still to draw (``draws_price``):
-# 0.32-0.47 lpt phases there, the first chunk's play 0.47-0.62 (docs/experiments.md, draws52)
+# 4,096 x 32 (5-8 ms there); unpriced, they ended plans 3-7 ms past the service's 80 ms (review50a);
+# of them ``plan_draws.DRAWING`` is charged only for the rows still to draw (``draws_price``); the
+# first chunk's play, 0.47-0.62 lpt phases there, in any case (docs/experiments.md, draws52)
 BLIND_COST = 1.0  # lpt phases the blind plans take to build with quantiles (round robin's and least
 # loaded's, each played): 0.5-1.0 at 4,096 x 32, 0.25-0.9 at 1,024 x 16 (review50a)
 
@@ -208,14 +209,13 @@ def barred(
 
 def draws_price(problem: Problem, spread: Spread, seed: int, phase_s: float) -> float:
     """Seconds the bar's draws take before their pace is known: ``DRAWS_COST`` lpt phases of
-    ``phase_s``, less ``DRAWING``'s share for the rows the plan already holds (``Problem.draws``).
+    ``phase_s``, less the drawing of the rows the plan already holds (``plan_draws.priced``).
 
     Why. The plan's draws are drawn once and shared (``scheduler.policies.plan_draws``): where the
     at-once hedge, cpsat's baseline or the bar's own screen drew some or all of them, the bar draws
     only the rest, and charging it the whole drawing kept it from its draws in plans that had the
     time for what was left. The first chunk's play is charged in hand or not."""
-    held = problem.draws(spread, seed).drawn
-    return phase_s * (DRAWS_COST - DRAWING * min(held, SAMPLES) / SAMPLES)
+    return priced(DRAWS_COST, problem.draws(spread, seed), SAMPLES, phase_s)
 
 
 def _reported(chosen: Placement, judged: Placement) -> Placement:

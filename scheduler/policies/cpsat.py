@@ -79,6 +79,7 @@ from scheduler.policies.copybudget import LARGER_FIRST, LEAN_RESERVE, SMALLER_AF
 from scheduler.policies.exchange import improve
 from scheduler.policies.lpt import Settled, bar_plans, opening, placed_from, settled
 from scheduler.policies.ordering import refine_critical
+from scheduler.policies.plan_draws import SAMPLES, priced
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
 from scheduler.policies.robust_fast import FASTEST, JUDGED, UNJUDGED, at_once_judged
@@ -88,7 +89,8 @@ from scheduler.types import PlanRequest
 BASELINE_COST = 1.0  # lpt phases the robust choice's lpt side takes before its pace is known (the
 # first ``robust.MIN_SAMPLES`` draws, ``robust.baseline``): 0.6-1.1 at 4,096 x 32 and 16,384 x 128.
 # Started with less left, its draws ran past the deadline on a loaded host, for a search that
-# could not follow them
+# could not follow them. Of it ``plan_draws.DRAWING``, drawing the ``SAMPLES`` rows, is charged only
+# for those not in hand (``plan_draws.priced``: the hedges before it may have drawn them)
 
 
 class CpSatPolicy:
@@ -111,10 +113,12 @@ class CpSatPolicy:
         lpt_robust, lpt_fast = late.placed, late.final
         search_end -= _judging_kept(late)  # for a searched plan, against the same candidate
         base = None
-        if spread is not None and clock.now() + BASELINE_COST * lpt_phase < search_end:
-            with stage("robust baseline"):
-                reserve, seed = request.kv_admission, request.seed
-                base = baseline(problem, lpt_plan.queues, spread, reserve, seed, search_end)
+        if spread is not None:  # priced less the rows the hedges before it drew (``plan_draws.priced``)
+            reserve, seed = request.kv_admission, request.seed
+            price = priced(BASELINE_COST, problem.draws(spread, seed), SAMPLES, lpt_phase)
+            if clock.now() + price < search_end:
+                with stage("robust baseline"):
+                    base = baseline(problem, lpt_plan.queues, spread, reserve, seed, search_end)
         with stage("search"):
             best = self._search(problem, request, lpt_plan, assignment, lpt_phase, search_end, spread, base)
         status = best.status  # where the lpt plan stayed best: FALLBACK_LPT, or ROBUST_LPT

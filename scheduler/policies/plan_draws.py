@@ -37,6 +37,8 @@ from scheduler.lognormal import LOG_LIMIT, bounded_lengths
 from scheduler.stepsum import FloatArray, planned_steps_array
 
 SAMPLES = 32  # draws of the batch's lengths per comparison, where they fit (``robust.baseline``)
+DRAWING = 0.5  # lpt phases drawing all ``SAMPLES`` rows takes, of the fixed price of every step that
+# draws them first (``priced``): 0.32-0.47 at 1,024 x 16 and 4,096 x 32 (docs/experiments.md, draws52)
 Z_BOUND = 40.0  # above any standard normal numpy draws (its ziggurat's tail ends near 13.7)
 Spread = tuple[FloatArray, FloatArray, FloatArray]  # medians, log-normal sigmas, caps (``robust.spreads``)
 
@@ -83,3 +85,21 @@ class SeededDraws:
                 held.flags.writeable = False  # before any other thread can see it
                 self._steps = held
         return held[:stop]
+
+
+def priced(cost: float, draws: SeededDraws, stop: int, phase_s: float) -> float:
+    """Seconds a step takes before its own pace is known, priced at ``cost`` lpt phases of
+    ``phase_s`` with its first ``stop`` rows of ``draws`` (the plan's) still to draw: less
+    ``DRAWING``'s share for those of them already in hand. Between ``cost - DRAWING * stop /
+    SAMPLES`` and ``cost`` lpt phases; 0 on a frozen clock (``phase_s`` 0), as before.
+
+    Why. The plan's draws are drawn once and shared: the bar's draws (``blindbar.DRAWS_COST``),
+    cpsat's baseline (``cpsat.BASELINE_COST``) and the at-once hedge's check (``robust_fast.CHECK_COST``)
+    were each priced as if they drew their rows, though the hedges before them may have drawn some
+    or all of them, and a step priced whole was skipped in plans that had the time for what was
+    left (docs/experiments.md, draws52). What follows the drawing (the first plays)
+    is charged in hand or not. One price for all three, so their reading of the rows in hand
+    cannot drift apart."""
+    stop = min(stop, SAMPLES)
+    held = min(draws.drawn, stop)
+    return phase_s * (cost - DRAWING * held / SAMPLES)

@@ -45,6 +45,7 @@ from scheduler.policies.kvpeak import KvPeaks
 from scheduler.policies.load import Load, estimate, rates
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.outlier_draws import LazyDraws, outlier_means
+from scheduler.policies.plan_draws import priced
 from scheduler.policies.problem import Problem, Unit, longest_first, worker_kinds
 from scheduler.policies.robust import SAMPLES, Spread, least_mean
 from scheduler.stepsum import FloatArray
@@ -56,7 +57,8 @@ CHUNK = 4  # draws a side played at a time: small numpy blocks (8 draws of a 1,0
 CLEAR = 8  # draws a side after which a clear difference ends the comparison (``_clear``)
 CLEAR_Z = 3.0  # standard errors of the paired mean difference that make it clear
 CHECK_COST = 1.0  # lpt phases the at-once check and the first ``TIMED`` draws take together, the part
-# of the hedge played before its own pace is known: 0.7-1.0 at 4,096 x 32, 0.6-0.9 at 16,384 x 128
+# of the hedge played before its own pace is known: 0.7-1.0 at 4,096 x 32, 0.6-0.9 at 16,384 x 128;
+# drawing those rows only charged where not in hand (``plan_draws.priced``)
 
 
 NOT_ASKED, KEPT, FASTEST, UNJUDGED = "", "kept", "fastest", "unjudged"  # ``Placement.at_once``
@@ -126,13 +128,14 @@ def at_once_judged(
     at the start of the same plan."""
     if spread is None or not _within_slots(problem) or len(worker_kinds(problem.costs, problem.active)) < 2:
         return Judged(placement, None)
-    if clock.now() + CHECK_COST * lpt_phase_s >= deadline:  # no draw could be played after the check
+    rows = problem.draws(spread, request.seed)  # the plan's: those in hand cost nothing to draw
+    if clock.now() + priced(CHECK_COST, rows, TIMED, lpt_phase_s) >= deadline:  # no draw after the check
         return Judged(_marked(placement, UNJUDGED), candidate)
     if not _runs_at_once(problem, placement.queues, request.kv_admission):
         return Judged(placement, None)
     if candidate is not None:
         return _judging(problem, request, placement, _NO_DRAWS, candidate, deadline)
-    draws = LazyDraws(spread, request.seed, problem.draws(spread, request.seed))  # the plan's
+    draws = LazyDraws(spread, request.seed, rows)
     timed = _timed(problem, placement.queues, draws, request.kv_admission, deadline)
     if timed is None:
         return Judged(_marked(placement, UNJUDGED), None)

@@ -13,8 +13,8 @@ import pytest
 
 from scheduler import clock
 from scheduler.policies import blindbar, lpt
-from scheduler.policies.blindbar import DRAWING, DRAWS_COST, Blind
-from scheduler.policies.plan_draws import SAMPLES
+from scheduler.policies.blindbar import DRAWS_COST, Blind
+from scheduler.policies.plan_draws import DRAWING, SAMPLES
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.round_robin import RoundRobinPolicy

@@ -183,7 +183,7 @@ def test_the_bars_draws_are_priced_in_the_lpt_phase(
     monkeypatch.setattr(blindbar, "_floor", slow_floor)
     asked = count_calls(monkeypatch, blindbar, "outlived")  # the bar's first play of its draws
     weighed = count_calls(monkeypatch, blindbar, "least_drawn")
-    left = blindbar.DRAWS_COST - blindbar.DRAWING  # the least the draws cost: every row in hand
+    left = blindbar.DRAWS_COST - plan_draws.DRAWING  # the least the draws cost: every row in hand
     policy.plan(dataclasses.replace(_request(), time_budget_s=3.0 + 0.9 * left))
     assert fake.seconds == 3.0  # both blind plans built (the first checked at 1.0, the second at 2.0)
     assert asked == weighed == []  # reached at 3.0 with less than their price left, no draw played
