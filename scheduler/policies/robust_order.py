@@ -45,7 +45,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.blind_draws import outlived
 from scheduler.policies.ordering import shortest_first
 from scheduler.policies.problem import Problem
-from scheduler.policies.robust import SAMPLES, Spread, draw_steps
+from scheduler.policies.robust import SAMPLES, Spread
 from scheduler.sim_alone import play_queue
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_rules import DEFAULT_ENGINE, engine_rules
@@ -127,8 +127,7 @@ def robust_orders(
         return None  # priced past it before the draws and their screen (``_spread_keys``) are made
     if not judged:  # every queue runs at once: no order to judge, so no draw to draw
         return tuple(ordered), tuple(finish)
-    rng = np.random.default_rng(seed)
-    draws = [draw_steps(spread, rng) for _ in range(DRAWS)]
+    draws = order_draws(problem, spread, seed)
     wide = _spread_keys(problem, queues, finishes, spread, seed)
     for w in judged:
         started = clock.now()
@@ -139,6 +138,20 @@ def robust_orders(
             ordered[w], finish[w] = tuple(choice[0]), choice[1]
         spent, done, left = spent + clock.now() - started, done + len(queues[w]), left - len(queues[w])
     return tuple(ordered), tuple(finish)
+
+
+def order_draws(problem: Problem, spread: Spread, seed: int) -> list[list[int]]:
+    """The ``DRAWS`` draws each order is judged on: the plan's first rows (``Problem.draws``), as
+    lists for the plays' per-item reads.
+
+    Why the plan's. The hedge drew them again from the request's seed a row at a time
+    (``robust.draw_steps``): the rows the plan holds (``plan_draws``: the same numbers row by row
+    as in one pass, for every sane spread), drawn twice, since its screen for wide spreads
+    (``_spread_keys``) reads all ``SAMPLES`` of the plan's rows next; asked as one block for that
+    reason. Where a spread could leave the linear form, a lone row could differ from the pass's in
+    its last bit: the plan's is the one every other judgment reads."""
+    rows: list[list[int]] = problem.draws(spread, seed).rows(SAMPLES)[:DRAWS].tolist()
+    return rows
 
 
 def _in_waves(problem: Problem, queues: Queues, reserve: bool) -> list[bool]:

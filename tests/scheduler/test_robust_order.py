@@ -15,7 +15,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
 from scheduler.planner import plan
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies import robust_order
+from scheduler.policies import plan_draws, robust_order
 from scheduler.policies.base import Placement
 from scheduler.policies.ordering import best_order, shortest_first
 from scheduler.policies.problem import Problem, build_problem
@@ -283,9 +283,8 @@ def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_firs
     assert spread is not None
     finishes = tuple(problem.finishes(queues, True))
     screened = count_calls(monkeypatch, robust_order, "outlived")
-    drawn = count_calls(monkeypatch, robust_order, "draw_steps")
     assert robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=1.0) is None
-    assert (screened, drawn, fake.seconds) == ([], [], 0.0)
+    assert (screened, problem.draws(spread, 0).drawn, fake.seconds) == ([], 0, 0.0)  # no row drawn
 
 
 @pytest.mark.parametrize(("lpt_phase_s", "hedged"), [(0.1, False), (0.005, True)])
@@ -299,6 +298,31 @@ def test_the_hedge_is_priced_whole_and_one_that_fits_its_time_exactly_is_drawn(
     spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
     finishes = tuple(problem.finishes(queues, True))
-    drawn = count_calls(monkeypatch, robust_order, "draw_steps")
     robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=lpt_phase_s)
-    assert bool(drawn) == hedged
+    assert bool(problem.draws(spread, 0).drawn) == hedged  # the plan's rows, which the hedge reads
+
+
+def test_the_hedge_judges_each_order_on_the_plans_own_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every order is played on the plan's first ``DRAWS`` rows (``Problem.draws``), the rows the bar
+    and the other judgments read: read from the plan, not drawn again a row at a time from the seed,
+    and the plan's rows drawn in one block with its screen's (``_spread_keys``)."""
+    problem, queues, _ = _two_queues_in_waves(monkeypatch)
+    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    assert spread is not None
+    played_on: list[Any] = []
+    judged = robust_order.drawn_finish
+
+    def seen(problem: Problem, cost: WorkerCost, order: list[int], draws: Any, reserve: bool) -> float:
+        played_on.append(draws)
+        return judged(problem, cost, order, draws, reserve)
+
+    monkeypatch.setattr(robust_order, "drawn_finish", seen)
+    blocks = count_calls(monkeypatch, plan_draws, "draw_matrix")
+    finishes = tuple(problem.finishes(queues, True))
+    assert robust_orders(problem, queues, finishes, spread, True, 5, float("inf")) is not None
+    plans = problem.draws(spread, 5).rows(robust_order.DRAWS).tolist()
+    assert played_on
+    assert all(draws == plans for draws in played_on)
+    rng = np.random.default_rng(5)  # the seed's stream a row at a time, as the hedge drew it before
+    assert plans == [draw_steps(spread, rng) for _ in range(robust_order.DRAWS)]
+    assert blocks == [1]
