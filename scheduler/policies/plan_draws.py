@@ -69,7 +69,9 @@ class SeededDraws:
 
     @property
     def drawn(self) -> int:
-        """How many draws are in hand."""
+        """How many draws are in hand. Read without the lock: the count only grows, and a read
+        racing an extend sees the count before it, so a price read from it (``priced``) can only
+        charge more, never less, than what is left to draw."""
         return len(self._steps)
 
     def rows(self, stop: int) -> npt.NDArray[np.int64]:
