@@ -99,7 +99,7 @@ def priced(cost: float, draws: SeededDraws, stop: int, phase_s: float) -> float:
     cpsat's baseline (``cpsat.BASELINE_COST``) and the at-once hedge's check (``robust_fast.CHECK_COST``)
     were each priced as if they drew their rows, though the hedges before them may have drawn some
     or all of them, and a step priced whole was skipped in plans that had the time for what was
-    left (docs/experiments.md, draws52). What follows the drawing (the first plays)
+    left (docs/experiments.md, draws52 and review52b). What follows the drawing (the first plays)
     is charged in hand or not. One price for all three, so their reading of the rows in hand
     cannot drift apart."""
     stop = min(stop, SAMPLES)

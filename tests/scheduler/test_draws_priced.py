@@ -5,7 +5,7 @@ as the bar's draws are (``blindbar.draws_price``).
 Why. The plan's draws are drawn once and shared (``Problem.draws``): cpsat's baseline reads the 32
 rows after the at-once hedge drew its first 8 to 32, and the hedge's second judgment reads the rows
 its first drew; each was priced as if it drew them all, and skipped in plans that had the time for
-what was left (docs/experiments.md, draws52). Here only what the test names takes time on a fake
+what was left (docs/experiments.md, review52b). Here only what the test names takes time on a fake
 clock, with an lpt phase of a second, so prices read as lpt phases.
 """
 
