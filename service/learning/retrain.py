@@ -45,6 +45,7 @@ from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import ModelService
+from service.learning.retrain_lines import muted_once
 from service.logs import mark_logged, schedule_only_context
 from service.metrics import Metrics
 from service.problems.table import ConflictError, RetrainStoppedError, ServiceError
@@ -136,7 +137,7 @@ class Retrainer:
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
-            with cutoff.checking(self._unless_halted):  # the fit's boosting rounds check the stop
+            with cutoff.checking(self._unless_halted), muted_once(lambda: self._abandoned):  # see halt
                 result = self._locked_retrain(step)
         except ConflictError:
             raise  # counted where it was decided
@@ -206,8 +207,8 @@ class Retrainer:
             raise RetrainStoppedError("the replica is stopping: the retrain gave up, nothing stored")
 
     def halt(self) -> None:
-        """Start no retrain from now on, and make one under way give up at its next check (module
-        doc); ``stop`` waits for it. Idempotent."""
+        """Start no retrain from now on, and make one under way give up at its next check (module doc;
+        its lines through the model service end at the stop's: ``retrain_lines``). Idempotent."""
         self._halted.set()
 
     def stop(self, timeout_s: float) -> bool:

@@ -93,7 +93,8 @@ def test_a_retrain_that_outlasts_the_stops_window_is_abandoned_said_once_and_the
 ) -> None:
     returned = threading.Event()  # the fit begins once the stop has returned: it outlasted the window
     app = create_app(_settings(live_settings))
-    with caplog.at_level(logging.INFO), TestClient(app) as client:
+    caplog.set_level(logging.INFO)  # for the whole test: the INFO lines after the stop are the point
+    with TestClient(app) as client:
         ctx = _started_retrain(client, monkeypatch, begin=returned)
     retrain = ctx.retrainer.background
     assert retrain is not None
