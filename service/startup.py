@@ -128,7 +128,7 @@ class Startup:
             started = self._release is not None
             if ctx is not None and not started:
                 self._release = threading.Thread(
-                    target=ctx.retrainer.release, name="retrain-lock-release", daemon=True
+                    target=ctx.retrainer.release_at_stop, name="retrain-lock-release", daemon=True
                 )
         if self._reaper is not None:
             self._reaper.halt()

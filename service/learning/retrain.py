@@ -28,7 +28,8 @@ skipped`` after the app and its log stream had closed (``--- Logging error ---``
 fit on past its stop. A retrain the window does not see end (inside a stalled Redis call, or a
 stretch of the fit with no check: building the training set) is abandoned: its version is not stored
 (the fence checks the halt), the stop says so in one line, and the retrain's own lines after it
-are dropped (``_say``), so the stop's line is the retrain's last.
+are dropped (``_say``), so the stop's line is the retrain's last. One past its fence at the halt
+stores its version whole, as that line says (``Retrainer._fence``, ``release_at_stop``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +114,7 @@ class Retrainer:
         self._halted = threading.Event()  # the replica stops: none starts, one under way gives up
         self._said = threading.Lock()  # a line and the abandonment are one after the other, never both
         self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
+        self._storing = False  # a retrain is past its fence: its version is stored, stop or not
 
     @property
     def running(self) -> bool:
@@ -155,6 +158,7 @@ class Retrainer:
             mark_logged(error)  # the request's answer does not log it again
             raise
         finally:
+            self._storing = False
             self._running.release()
         self._say(
             logging.INFO,
@@ -183,7 +187,7 @@ class Retrainer:
                 self._next_fence(keys=[self._fence_key], args=[self._models.highest_fence_token()])
             )
             version, rows, seconds = self._models.retrain(
-                fence=lambda: self._fenced(token), fence_token=fence_token, planned_step=step
+                fence=self._fence(token), fence_token=fence_token, planned_step=step
             )
         except InvalidInputError as error:
             self._metrics.retrains.labels("insufficient_data").inc()
@@ -194,11 +198,22 @@ class Retrainer:
         self._metrics.retrains.labels("ok").inc()
         return RetrainResult(f"v{version}", rows, seconds)
 
-    def _fenced(self, token: str) -> None:
-        """The fence a fit's version is stored between (``ModelService.retrain``): not once the
-        replica stops (``_unless_halted``), nor once the lock lapsed (``_still_held``)."""
-        self._unless_halted()
-        self._still_held(token)
+    def _fence(self, token: str) -> Callable[[], None]:
+        """The fence a version is stored between (``ModelService.retrain`` runs it before the store and
+        once it is in place): before, not once the replica stops nor once the lock lapsed; after, the
+        lock only. A stop during the store took back a complete version with the current fencing token
+        after its rename, one other replicas could have loaded, or read half removed (review52d)."""
+        passed = False
+
+        def fence() -> None:
+            nonlocal passed
+            if not passed:
+                with self._said:  # the halt's check and ``_storing`` are one step for ``stop``'s line
+                    self._unless_halted()
+                    self._storing = passed = True  # reset as the retrain ends (``retrain_now``)
+            self._still_held(token)
+
+        return fence
 
     def _unless_halted(self) -> None:
         """``RetrainStoppedError`` once the replica stops (``halt``): a fit that would be stored after
@@ -214,8 +229,9 @@ class Retrainer:
     def stop(self, timeout_s: float) -> bool:
         """``halt``, then wait ``timeout_s`` at most for a retrain under way (asked for, or the
         automatic one's thread, its last line included); whether none runs now. One that still
-        runs is abandoned: it stores nothing (its fence checks the halt), this says so once, and
-        none of its lines come after that one (``_say``)."""
+        runs is abandoned: it stores nothing (its fence checks the halt) unless it was past its
+        fence, storing its version (``_fence``), this says so once, saying which, and none of its
+        lines come after that one (``_say``)."""
         self.halt()
         until = time.monotonic() + timeout_s
         idle = self._running.acquire(timeout=timeout_s)
@@ -229,9 +245,9 @@ class Retrainer:
             with self._said:
                 self._abandoned = True
                 _log.warning(
-                    "retrain abandoned at the stop: still running after %.1f s; it stores no version "
-                    "and logs nothing more",
+                    "retrain abandoned at the stop: still running after %.1f s; %s and logs nothing more",
                     timeout_s,
+                    "past its fence, it is storing its version," if self._storing else "it stores no version",
                 )
         return idle
 
@@ -297,6 +313,15 @@ class Retrainer:
                     _brief(error),
                     exc_info=_unexpected(error),
                 )
+
+    def release_at_stop(self) -> None:
+        """``release`` at the stop (``Startup.halt``), unless a retrain is past its fence, storing its
+        version: it gives the lock back itself once stored (abandoned, the lock lapses by its TTL),
+        and one released under it had its complete version taken back by its last fence (review52d)."""
+        with self._said:  # after the halt: a retrain not storing now never passes its fence
+            storing = self._storing
+        if not storing:
+            self.release()
 
     def _release_leftover(self) -> None:
         """Give back a lock whose release failed. A Redis restarted from its AOF keeps the lock for
