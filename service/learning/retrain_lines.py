@@ -2,8 +2,8 @@
 
 ``Retrainer._say`` drops the retrainer's own lines after the stop's ``retrain abandoned`` line, so
 that line is a retrain's last. A retrain also logs through the model service and the actuals reader
-it runs (``service.models``: ``retrained``, a history reloaded, old versions not pruned;
-``service.actuals``: the entries its first read skipped), and those still came after the stop's
+it runs (``service.learning.models``: ``retrained``, a history reloaded, old versions not pruned;
+``service.learning.actuals``: the entries its first read skipped), and those still came after the stop's
 line: a retrain abandoned in its Redis read of new actuals logged that read's warnings once Redis
 answered, and one abandoned while storing its version logged ``retrained`` (review52d). A filter on
 those loggers drops a record logged in a retrain's context (``muted_once``) once its check says it
