@@ -93,3 +93,18 @@ def test_a_store_that_outlasts_the_stops_window_is_said_to_be_storing_its_versio
         assert [r.getMessage() for r in caplog.records[said:]] == []  # its lines end at the stop's
     finally:
         ctx.redis.close()  # the pool the stop left open for it
+
+
+def test_a_retrain_asked_for_once_its_replica_is_stopping_is_answered_503_to_retry_elsewhere(
+    live_settings: Settings,
+) -> None:
+    with TestClient(create_app(live_settings)) as client:
+        assert client.post("/actuals", json={"actuals": actual_history(steps=3)}).status_code == 200
+        ctx: Context = client.app.state.context  # type: ignore[attr-defined]
+        ctx.retrainer.halt()  # the stop's first step (``Startup.halt``)
+        answer = client.post("/models/retrain")
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json()["type"].endswith("unavailable")
+    assert answer.json()["detail"] == "the replica is stopping: the retrain gave up, nothing stored"
+    assert ModelStore(live_settings.model_dir).versions() == []
