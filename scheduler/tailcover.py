@@ -136,8 +136,12 @@ class FluidCover:
         row). Merged kinds lose their members' identities: every member at the best fastest group."""
         if len(group) == 1 and capacities[group[0]].ndim == 2:
             rows = capacities[group[0]]
-            hosts = None if reach is None else self.lengths <= reach[group[0]][:, None]
-            return ranked_credits(rows, hosts), self.ranks[group[0]]
+            if reach is None:
+                return ranked_credits(rows), self.ranks[group[0]]
+            # lengths longest first: a group hosts a suffix of them, from the first no longer than its
+            # reach (the mask ``lengths <= reach`` it stands for, without a mask's passes: review52d)
+            firsts = np.searchsorted(-self.lengths, -reach[group[0]], side="left")
+            return ranked_credits(rows, firsts=firsts), self.ranks[group[0]]
         fastest = [  # every worker of a kind at the fastest group's capacity, by position
             capacities[c][self.expand] if capacities[c].ndim == 1 else capacities[c][0][self.columns]
             for c in group
@@ -301,11 +305,15 @@ def knots(lengths: FloatArray, most: int = KNOTS) -> tuple[FloatArray, IntArray]
     return -negated, columns.astype(np.int64)
 
 
-def ranked_credits(capacities: FloatArray, hosts: npt.NDArray[np.bool_] | None = None) -> FloatArray:
+def ranked_credits(
+    capacities: FloatArray, hosts: npt.NDArray[np.bool_] | None = None, firsts: IntArray | None = None
+) -> FloatArray:
     """Credits for a kind's speed groups (rows, fastest first; columns the distinct lengths, longest
     first), each at least its own row where that group can host the length (``hosts``, default
     everywhere), never rising with the length, and its advantage over the next never rising as
-    lengths shorten.
+    lengths shorten. ``firsts`` (the cover's case) stands for ``hosts`` where each group hosts every
+    length from ``firsts[g]`` on (none where that is past the last): the same floats, without the
+    mask's three passes a group (20% of this at 4,096 x 32 with learned speeds, review52d).
 
     Row ``g``'s credit is row ``g - 1``'s less ``d_g(u) = min over u' <= u, hosted, of
     (credit_{g-1}(u') - capacity_g(u'))``: no more than the true gap where the group hosts ``u`` (so
@@ -326,8 +334,13 @@ def ranked_credits(capacities: FloatArray, hosts: npt.NDArray[np.bool_] | None =
         np.maximum(credits[g], credits[g + 1], out=credits[g])  # an accumulate down axis 0 cost 3x
     raised = credits.copy()
     for g in range(1, len(credits)):
+        if firsts is not None and firsts[g] >= credits.shape[1]:  # it hosts none: as ``hosts`` below
+            credits[g] = credits[g - 1]
+            continue
         gap = credits[g - 1] - raised[g]
-        if hosts is not None:
+        if firsts is not None:
+            gap[: firsts[g]] = gap[firsts[g]]  # the gap at the longest length it can host
+        elif hosts is not None:
             row = hosts[g]
             first = int(row.argmax())  # the longest length the group hosts
             if not row[first]:  # it hosts none: no gap is known, the credit stays the previous row's

@@ -356,3 +356,26 @@ def test_the_two_kind_programme_is_the_general_ones_to_the_last_bit(
     assert len(merged) == 2
     assert cover._two_kinds(merged[0], merged[1]) == float(cover._table(merged)[-1])
     assert cover._two_kind_table(merged[0], merged[1]).tolist() == cover._table(merged).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 10), st.integers(1, 40)),
+    seed=st.integers(0, 10_000),
+    reach=st.lists(
+        st.one_of(st.floats(0.0, 50.0), st.sampled_from([math.inf, -math.inf, math.nan, 0.0])),
+        min_size=10,
+        max_size=10,
+    ),
+)
+def test_a_groups_first_hosted_length_gives_the_credits_its_hosted_lengths_give_to_the_last_bit(
+    shape: tuple[int, int], seed: int, reach: list[float]
+) -> None:
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.random(shape) * 100.0, axis=0)[::-1] + rng.random(shape) * (seed % 2)
+    lengths = np.unique(rng.integers(1, 50, size=shape[1]).astype(np.float64))[::-1]  # longest first
+    rows, reaches = rows[:, : lengths.size], np.array(reach[: shape[0]])
+    hosts = lengths <= reaches[:, None]  # what the cover built for every probe
+    firsts = np.searchsorted(-lengths, -reaches, side="left")  # what it builds now (review52d)
+    expected = tailcover.ranked_credits(rows, hosts)
+    assert np.array_equal(tailcover.ranked_credits(rows, firsts=firsts), expected)
