@@ -4,7 +4,8 @@ terminal's Ctrl-C, a ``kill -TERM -PGID``) reaches the owner alone, whose stop e
 In the owner's group, the server ended at once of that signal, while the owner's stop still wrote to it
 (``serve``: a step's publish, a mark's take-back, each met ``Connection refused``). Out of it, a
 stop's handler that raises (``serve``'s ``exit_cleanly``) while ``Popen`` still returns must not
-lose the process it started: no group signal ends that one any more (``embedded._spawn``).
+lose the process it started: no group signal ends that one any more (``embedded._spawn``), wherever
+in the start the exception lands.
 """
 
 from __future__ import annotations
@@ -125,6 +126,57 @@ def test_a_stop_while_the_server_is_being_started_ends_it(tmp_path: Path) -> Non
             os.killpg(owner.pid, signal.SIGTERM)
             out, err = _ended(owner)
             assert (owner.returncode, out.split()) == (0, ["spawning"]), err[-2000:]
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
+        finally:
+            if command_name(pid) in SERVERS:  # ours, left running: end it
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        _gone(owner)
+
+
+# An owner whose stop lands in ``Thread.start`` of the thread that starts its server, once that thread's
+# ``Popen`` has returned (its pid written): ``Thread.start`` waits for the new thread to run, a wait a
+# handler's exception interrupts, and that exception left ``_spawn`` before its own wait, the server
+# started but handed to nobody. Its stop says whether the wait in ``start`` was under way.
+STOPPED_IN_THREAD_START = f"""
+import signal, subprocess, sys, threading, time
+from pathlib import Path
+from service.embedded import EmbeddedServer
+returned = threading.Event()
+class Announced(subprocess.Popen):
+    def __init__(self, args, **kwargs):
+        super().__init__(args, **kwargs)
+        if "--dir" in args:
+            print(self.pid, flush=True)
+            returned.set()
+subprocess.Popen = Announced
+starting = []
+start = threading.Thread.start
+def slow_start(self):
+    start(self)
+    if self.name == "embedded-spawn":
+        starting.append(True)
+        returned.wait()
+        time.sleep({SLOW_S})
+        starting.clear()
+threading.Thread.start = slow_start
+def stop(signum, frame):
+    print("starting" if starting else "started", flush=True)
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+EmbeddedServer(data_dir=Path(sys.argv[1])).start()
+"""
+
+
+def test_a_stop_while_the_servers_thread_is_being_started_ends_the_server(tmp_path: Path) -> None:
+    owner, started = _owner(STOPPED_IN_THREAD_START, str(tmp_path))
+    try:
+        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
+        pid = int(started[0])
+        try:
+            os.killpg(owner.pid, signal.SIGTERM)
+            out, err = _ended(owner)
+            assert (owner.returncode, out.split()) == (0, ["starting"]), err[-2000:]
             assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
         finally:
             if command_name(pid) in SERVERS:  # ours, left running: end it
