@@ -34,7 +34,11 @@ stopped). 70, as a sidecar whose loop died; a SIGKILL at the grace period's end 
 Decided once, after the exit's last ``atexit`` wait (``_at_the_exits_end``): a guard that has fired
 by then ends the process with it, one that has not ends nothing. Past that point the interpreter
 finalizes, where no daemon runs: a guard firing there, or firing earlier and still at its last acts
-when the main thread got there, left the exit its 0 (exit51, docs/experiments.md).
+when the main thread got there, left the exit its 0 (exit51, docs/experiments.md). Whether the bound
+has passed is the clock's word (``_deadline``), not whether the guard's thread has woken: on a loaded
+host it woke late, the embedded server's stop of a stalled server (``STOP_S`` from the stop's start,
+tens of ms after the bound's) ended first by its SIGKILL, and the exit ended 0 or 70 by the host's load
+(review52a). An exit whose last wait ends past its deadline ends as the guard would have.
 
 A third stop signal (exit52). ``serve``'s handler (``service.cli.exit_cleanly``) starts the exit at
 the first signal it hears and only logs the second; a second that raised again cut whatever the exit
@@ -73,6 +77,8 @@ _armed: threading.Thread | None = None
 _last_acts: tuple[Callable[[], None], ...] = ()
 _fired = threading.Event()  # the bound passed: the process ends with ``FORCED_STATUS``
 _exited = False  # the exit's last wait ended first (``_at_the_exits_end``): the guard ends nothing
+_bound_s = 0.0  # the bound ``arm`` set
+_deadline: float | None = None  # when it passes (``time.monotonic``); None until armed
 
 
 def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
@@ -92,13 +98,20 @@ def _at_the_exits_end() -> None:
     guard's daemon can no longer run, and ended 0 (review50c, exit51). A guard that has not fired
     never will: the exit's waits ended within its bound, and 0 is the truth. Registered as this module
     is imported, before the service's own waits (``service/api/settling.py`` imports it first), so it
-    runs after them: Python runs ``atexit`` hooks last registered first."""
+    runs after them: Python runs ``atexit`` hooks last registered first. A bound that has passed by
+    the clock ends the process here though its guard has not woken: the status is the bound's, not
+    the host's load's (review52a)."""
     global _exited
     with _lock:
         _exited = True
+        passed = _deadline is not None and not _fired.is_set() and time.monotonic() >= _deadline
+        if passed:  # its guard has not woken yet: it would have, on an idle host
+            _fired.set()
         fired = _fired.is_set()
     guard = _armed
-    if fired and guard is not None:
+    if passed:
+        _end(EXIT_LOG, {"bound_s": _bound_s})
+    elif fired and guard is not None:
         guard.join(LAST_ACTS_S + 1.0)  # its ``os._exit`` ends the process here
         os._exit(FORCED_STATUS)
 
@@ -110,13 +123,13 @@ def arm(bound_s: float) -> threading.Thread | None:
     """At the app's stop: end the process ``bound_s`` (``MIN_BOUND_S`` at least) from now unless it has
     exited by then; the guard's daemon (None where ``serve`` did not enable it). Idempotent: the first
     stop's bound holds."""
-    global _armed
+    global _armed, _bound_s, _deadline
     with _lock:
         if not _enabled or _armed is not None:
             return _armed
-        _armed = threading.Thread(
-            target=_end_after, args=(max(bound_s, MIN_BOUND_S),), name="exit-guard", daemon=True
-        )
+        _bound_s = max(bound_s, MIN_BOUND_S)
+        _deadline = time.monotonic() + _bound_s
+        _armed = threading.Thread(target=_end_after, args=(_bound_s,), name="exit-guard", daemon=True)
         _armed.start()
         return _armed
 

@@ -12,11 +12,16 @@ from service.api import exit_guard
 
 
 class Stand:
-    """The guard's ``time.sleep`` and ``os._exit``: what it slept and the status it ended with."""
+    """The guard's ``time.sleep``, ``time.monotonic`` and ``os._exit``: what it slept, the clock a test
+    moves (``now``), and the status it ended with."""
 
     def __init__(self) -> None:
         self.slept: list[float] = []
         self.status: list[int] = []
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -28,10 +33,11 @@ class Stand:
 def stood_guard(monkeypatch: pytest.MonkeyPatch) -> Stand:
     """An enabled guard, not armed nor fired, whose sleep returns at once and whose end is recorded."""
     stood = Stand()
-    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep))
+    monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep, monotonic=stood.monotonic))
     monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
     monkeypatch.setattr(exit_guard, "_enabled", True)
     monkeypatch.setattr(exit_guard, "_armed", None)
     monkeypatch.setattr(exit_guard, "_fired", threading.Event())
     monkeypatch.setattr(exit_guard, "_exited", False)
+    monkeypatch.setattr(exit_guard, "_deadline", None)
     return stood

@@ -83,3 +83,36 @@ def test_a_guard_not_enabled_is_not_armed(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=lambda _: threading.Event().wait()))
     monkeypatch.setattr(exit_guard, "_armed", None)
     assert exit_guard.arm(0.0) is None
+
+
+def _exit_ends_after(stand: Stand, elapsed_s: float) -> threading.Thread:
+    """Arm the guard, let ``elapsed_s`` pass on its clock, then end the exit's last wait, while the
+    guard's thread, its sleep over, is kept from its decision (its lock held): a loaded host's
+    scheduler that wakes it late. The guard's thread, let go once the exit has decided."""
+    with exit_guard._lock:
+        guard = exit_guard.arm(exit_guard.MIN_BOUND_S)
+        assert guard is not None
+        stand.now += elapsed_s
+        exit_guard._at_the_exits_end()
+    guard.join(30.0)
+    return guard
+
+
+def test_an_exit_ending_past_its_bound_is_forced_though_its_guard_has_not_woken(
+    stand: Stand, caplog: pytest.LogCaptureFixture
+) -> None:
+    """review52a: a stalled embedded server's stop, SIGKILLed ``STOP_S`` after its start, ended the
+    exit tens of ms past the bound; a guard that woke later still left it 0 (70 at an idle host)."""
+    with caplog.at_level(logging.WARNING, logger="service.shutdown"):
+        _exit_ends_after(stand, exit_guard.MIN_BOUND_S * 1.01)
+    assert [r.getMessage() for r in caplog.records].count(exit_guard.EXIT_LOG) == 1
+    assert stand.status == [exit_guard.FORCED_STATUS]
+
+
+def test_an_exit_ending_within_its_bound_ends_nothing_however_late_its_guard_wakes(
+    stand: Stand, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="service.shutdown"):
+        _exit_ends_after(stand, exit_guard.MIN_BOUND_S * 0.99)
+    assert exit_guard.EXIT_LOG not in [r.getMessage() for r in caplog.records]
+    assert stand.status == []

@@ -6,7 +6,9 @@ here: a stalled server) held that wait past the guard's bound (5 s from the app'
 command timeout), and ``os._exit`` cut it with the watcher already disarmed: the server ran on, stopped
 for good, re-parented to PID 1, its port and temporary dir kept, and the process exited 0 as an
 ordinary stop does. The guard's last acts now end such a server and remove its dir, and a forced exit
-has its own status (``FORCED_STATUS``). No duration is asserted.
+has its own status (``FORCED_STATUS``), however late a loaded host wakes the guard: the server's own
+stop, SIGKILL ``STOP_S`` after it began, ends tens of ms past the bound, and a guard that woke later
+still left the exit 0 (review52a: ``exit_guard``'s decision reads the clock). No duration is asserted.
 """
 
 from __future__ import annotations
