@@ -323,11 +323,18 @@ def test_the_service_health_check_lets_it_load_its_history_as_the_k8s_startup_pr
         assert _seconds(svc["healthcheck"]["start_period"]) >= serve_startup_window_s(), name
 
 
-def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services: dict[str, Service]) -> None:
+def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(
+    services: dict[str, Service], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """``docker compose stop``/``down`` sends SIGTERM, then SIGKILL after ``stop_grace_period`` (10 s
-    unless set). serve waits up to its graceful-shutdown timeout for requests in flight and then stops
-    the reaper; a sidecar drains for ``--drain-timeout`` plus its last releases. Killed sooner, a sidecar
-    leaves its leases to lapse instead of handing them back."""
+    unless set). serve waits up to its graceful-shutdown timeout for requests in flight, then the app's
+    stop and the exit on a stalled Redis, ended at ``EXIT_TIMEOUTS`` command timeouts (``MIN_BOUND_S``
+    at least: ``service/api/exit_guard.py``) and its last acts (``LAST_ACTS_S``), at the timeout the
+    service's environment sets, as the Kubernetes test reads its ConfigMap's; a sidecar drains for
+    ``--drain-timeout`` plus its last releases. Killed sooner, serve's status is 137 where the guard's
+    says what hung, and a sidecar leaves its leases to lapse instead of handing them back."""
+    from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
+    from service.app import EXIT_TIMEOUTS
     from service.commands.serve import GRACEFUL_SHUTDOWN_S
     from service.sidecar.session import RELEASE_GRACE_S
 
@@ -335,7 +342,9 @@ def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(services:
         if not svc["image"].startswith(OUR_IMAGE) or svc["command"][0] in ("engine-sim", "redis-acl"):
             continue
         if svc["command"][0] == "serve":
-            needed = GRACEFUL_SHUTDOWN_S + 1.0  # and the lifespan's shutdown after it
+            env = {key: str(value) for key, value in svc["environment"].items()}
+            timeout_s = serve_settings(env, svc["command"], monkeypatch, tmp_path).redis_timeout_s
+            needed = GRACEFUL_SHUTDOWN_S + max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
         else:
             needed = parse_cli(svc["command"]).params["drain_timeout"] + RELEASE_GRACE_S
         assert _seconds(svc.get("stop_grace_period", "10s")) > needed, name
