@@ -184,11 +184,20 @@ class EmbeddedServer:
     extra_args: tuple[str, ...] = ()  # e.g. ("--cluster-enabled", "yes")
     data_dir: Path | None = None  # kept across restarts so AOF replays; temp dir when None
     _held: _Held = field(default_factory=_Held, init=False, repr=False, compare=False)
+    _release: weakref.finalize = field(init=False, repr=False, compare=False)  # type: ignore[type-arg]
 
     def __post_init__(self) -> None:
         # run on the object's collection or at interpreter exit, whichever comes first; a no-op after stop()
-        weakref.finalize(self, self._held.release)
+        self._release = weakref.finalize(self, self._held.release)
         _HELD[id(self._held)] = self._held
+
+    def keep_through_exit(self) -> None:
+        """Leave this server running at the interpreter's exit: its owner stops it there itself
+        (``serve``: after the exit's waits, ``service/api/exit_guard.py``). Its finalizer stopped it
+        at the place of the first ``weakref.finalize``'s ``atexit`` hook, in ``serve`` this server's
+        own, which runs before the waits registered earlier: late work met ``Connection refused``.
+        A collection of the object still stops it, as a forced exit's ``end_all_now`` does."""
+        self._release.atexit = False
 
     @property
     def url(self) -> str:

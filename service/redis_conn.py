@@ -268,12 +268,27 @@ def check_redis_url_flag(value: str) -> str:
 
 
 @contextmanager
-def redis_for(settings: Settings) -> Iterator[Settings]:
-    """Yield settings with a usable ``redis_url``: as given, or an embedded server's, stopped on exit."""
+def redis_for(
+    settings: Settings, stop_at: Callable[[Callable[[], None]], None] | None = None
+) -> Iterator[Settings]:
+    """Yield settings with a usable ``redis_url``: as given, or an embedded server's, stopped as the
+    block ends, or, where ``stop_at`` is given, by ``stop_at``'s call of the stop it is handed: the
+    process's owner (``serve``) stops it after the exit's waits, which still write to it."""
     if settings.redis_url:
         yield settings
         return
-    with EmbeddedServer() as server:
+    server = EmbeddedServer().start()  # a start that fails ends what it started
+
+    def stop() -> None:
+        server.stop()
+        _log.info("embedded valkey-server stopped")
+
+    try:
         _log.info("no REDIS_URL: started an embedded valkey-server", extra={"redis_url": server.url})
         yield settings.model_copy(update={"redis_url": server.url})
-    _log.info("embedded valkey-server stopped")
+    finally:
+        if stop_at is None:
+            stop()
+        else:
+            server.keep_through_exit()
+            stop_at(stop)

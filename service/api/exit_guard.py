@@ -17,15 +17,15 @@ whatever became of its client; a take-back or bookkeeping not done lapses with i
 (docs/operations.md, "Shutdown"). An app run in the test process (``TestClient``) never enables it.
 
 What ``os._exit`` skips, and what is done instead (stop50). The guard fires while the main thread
-waits on a thread (the interpreter's join, before any ``atexit`` callback) or on the embedded
-server's stop. Skipped: the ``atexit`` waits for the give-ups' take-backs and the bookkeeping
-(``plan_thread``, ``mark_hop``, ``post_publish``), which wait on the Redis that hung, and whose work
-lapses with its TTL; ``logging.shutdown``, whose flush the guard does (every logger of ours writes
-through the root's one handler: ``service.logs``); the finalizers, of which one matters: the embedded
-server's stop. Its wait for a stalled server (``STOP_S``) outlasted the bound with its watcher
-already disarmed, and the server ran on for good: ``serve``'s last act ends it
-(``embedded.end_all_now``). No metrics files (the registry lives in memory), no child process but the
-embedded server and its watcher.
+waits on a thread (the interpreter's join, before any ``atexit`` callback), on an ``atexit`` wait, or
+on the embedded server's stop (``after_the_waits``: after those, review52a). Skipped: the ``atexit``
+waits for the give-ups' take-backs and the bookkeeping (``plan_thread``, ``mark_hop``,
+``post_publish``), which wait on the Redis that hung, and whose work lapses with its TTL;
+``logging.shutdown``, whose flush the guard does (every logger of ours writes through the root's one
+handler: ``service.logs``); what is left of the embedded server's stop. Its wait for a stalled server
+(``STOP_S``) outlasted the bound with its watcher already disarmed, and the server ran on for good:
+``serve``'s last act ends it (``embedded.end_all_now``). No metrics files (the registry lives in
+memory), no child process but the embedded server and its watcher.
 
 The status. Not 0: an ordinary stop never meets the guard (its waits end within ``STOP_TIMEOUTS``),
 so a forced exit is always a stop that hung, and its status says so where the WARNING is not read
@@ -77,6 +77,7 @@ _armed: threading.Thread | None = None
 _last_acts: tuple[Callable[[], None], ...] = ()
 _fired = threading.Event()  # the bound passed: the process ends with ``FORCED_STATUS``
 _exited = False  # the exit's last wait ended first (``_at_the_exits_end``): the guard ends nothing
+_after_the_waits: list[Callable[[], None]] = []  # what ``_at_the_exits_end`` runs first (``after_the_waits``)
 _bound_s = 0.0  # the bound ``arm`` set
 _deadline: float | None = None  # when it passes (``time.monotonic``); None until armed
 
@@ -88,6 +89,16 @@ def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
     with _lock:
         _enabled = True
         _last_acts = tuple(last_acts)
+
+
+def after_the_waits(act: Callable[[], None]) -> None:
+    """Run ``act`` at the process's exit after every wait the service registers there, before the
+    status is decided: the embedded server's stop (``serve``). Stopped as ``serve``'s command
+    returned, it was gone for the work the exit still waits for, started after the app stopped (a
+    give-up's take-back, a step's bookkeeping: ``plan_thread``, ``mark_hop``, ``post_publish``), and
+    for a planning thread the interpreter still joins, whose step's publish met ``Connection
+    refused`` (review52a). Run here, within the guard's bound: a stop that hangs is the guard's."""
+    _after_the_waits.append(act)
 
 
 def _at_the_exits_end() -> None:
@@ -102,6 +113,7 @@ def _at_the_exits_end() -> None:
     the clock ends the process here though its guard has not woken: the status is the bound's, not
     the host's load's (review52a)."""
     global _exited
+    _run(_after_the_waits)
     with _lock:
         _exited = True
         passed = _deadline is not None and not _fired.is_set() and time.monotonic() >= _deadline

@@ -210,7 +210,8 @@ def run(settings: Settings) -> None:
     # the app's stop ends this process within its bound, and an embedded server with it (exit_guard.py)
     exit_guard.enable(last_acts=(end_all_now,))
     try:
-        with redis_for(settings) as ready:  # a Redis Cluster is waited for by the app (service.startup)
+        # an embedded server is stopped after the exit's waits for late work, which write to it
+        with redis_for(settings, stop_at=exit_guard.after_the_waits) as ready:  # a Cluster: the app waits
             uvicorn.run(
                 create_app(ready, answer_cuts=True),  # a request the graceful wait cut: 503, not 500
                 host=ready.host,
