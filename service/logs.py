@@ -86,6 +86,7 @@ def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> N
         logger.setLevel(level)
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True  # the app logs each request itself, as JSON
+    logging.getLogger("uvicorn.error").addFilter(_force_quit_line)
     logging.captureWarnings(True)  # ``warnings.warn`` printed two lines of text (message, source)
     # over the interpreter's own hooks only (and typer's, which hands a plain traceback to the
     # interpreter's): one installed by someone else, a test runner's or a debugger's, stays theirs
@@ -93,6 +94,24 @@ def configure(level: str = "INFO", fields: Mapping[str, str] | None = None) -> N
         sys.excepthook = _log_uncaught
     if threading.excepthook is threading.__excepthook__:
         threading.excepthook = _log_uncaught_in_thread
+
+
+FORCE_QUIT_LOG = "a second Ctrl-C cut the wait for requests in flight: the app's stop runs as the loop ends"
+
+
+def _force_quit_line(record: logging.LogRecord) -> bool:
+    """uvicorn's line for its lifespan task cancelled, made ``FORCE_QUIT_LOG``, one WARNING line. A
+    second Ctrl-C while uvicorn waits for requests in flight is its force-quit: it skips the
+    lifespan's shutdown, and the loop's end cancels the lifespan task; Starlette reports that as the
+    lifespan's failed shutdown, its traceback as the message, which uvicorn logged as an ERROR: an
+    error report for what the user asked for (exit52 left it; review52a). A traceback ending in any
+    other exception keeps its ERROR."""
+    message = record.getMessage()
+    last = message.rstrip().rpartition("\n")[2].partition(":")[0]
+    if message.startswith("Traceback") and last.endswith(".CancelledError"):
+        record.msg, record.args = FORCE_QUIT_LOG, ()
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
 
 
 def _log_uncaught(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:

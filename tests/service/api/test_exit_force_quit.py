@@ -1,0 +1,74 @@
+"""A second Ctrl-C while uvicorn waits for a request in flight (its force-quit) is logged as one
+WARNING line, not as an ERROR with a traceback.
+
+uvicorn skips the app's lifespan shutdown then, and the loop's end cancels the lifespan task, whose
+cancellation Starlette reports as a failed shutdown, its ``CancelledError`` traceback the message
+uvicorn logged as an ERROR: an error report for what the user asked for (exit52 left it; review52a).
+The request here is a step whose publish never returns, so uvicorn is still waiting when the second
+SIGINT comes; its listener closed is the sign that the first was heard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.embedded import EmbeddedServer
+from service.logs import FORCE_QUIT_LOG
+from tests.service.api.stopped_child import began, serving
+from tests.service.api.stuck_call import JOINING, STARTED, URL
+from tests.service.api_helpers import batch_body
+
+pytestmark = pytest.mark.slow
+STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
+WAIT_S = 90.0  # a bound against never, for a loaded host
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A private server: the stuck call holds one of its clients until the child ends."""
+    with EmbeddedServer() as srv:
+        yield srv
+
+
+def _post(url: str) -> None:
+    """POST a step whose publish never returns; its connection is cut at the stop."""
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{url}/schedule", json=batch_body(step=1, policy="lpt"), timeout=WAIT_S)
+
+
+def _closed(url: str, wait_s: float) -> None:
+    """Until ``url``'s listener refuses a connection (uvicorn's shutdown has begun), within ``wait_s``."""
+    host, port = url.removeprefix("http://").split(":")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+        except ConnectionRefusedError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{url} still accepts connections")
+
+
+def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_traceback(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    started, joining = tmp_path / "started", tmp_path / "joining"
+    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
+    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
+        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        began(started, proc, WAIT_S)
+        proc.send_signal(signal.SIGINT)
+        _closed(url, WAIT_S)
+        proc.send_signal(signal.SIGINT)
+        _, logged = proc.communicate(timeout=WAIT_S)
+    assert [line for line in logged.splitlines() if FORCE_QUIT_LOG in line and '"WARNING"' in line], logged
+    assert "Traceback" not in logged, logged
