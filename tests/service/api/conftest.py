@@ -1,6 +1,7 @@
 """Fixtures of the caller's-deadline tests that run on an app of the test's clock
 (``tests/service/api/slow_upload.py``): the factory of such apps, and the two ids a refused request
-is sent under, so that each test states its refusal once for both."""
+is sent under, so that each test states its refusal once for both; and a private server, which the
+tests of a ``serve`` child stuck in a call hold one of its clients on until the child ends."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from service.embedded import EmbeddedServer
 from tests.service.api.slow_upload import SlowClient, slow_clients
 
 
@@ -26,3 +28,10 @@ def late_id(request: pytest.FixtureRequest) -> tuple[str | None, int]:
     (marked), or none (drawn by the service: no mark)."""
     chosen: tuple[str | None, int] = request.param
     return chosen
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedServer]:
+    """A private server: a stuck call holds one of its clients until the child ends."""
+    with EmbeddedServer() as srv:
+        yield srv

@@ -10,39 +10,22 @@ SIGINT comes; its listener closed is the sign that the first was heard.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import socket
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.embedded import EmbeddedServer
 from service.logs import FORCE_QUIT_LOG
 from tests.service.api.stopped_child import began, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
-from tests.service.api_helpers import batch_body
+from tests.service.api.stuck_post import post_stuck
 
 pytestmark = pytest.mark.slow
 STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedServer]:
-    """A private server: the stuck call holds one of its clients until the child ends."""
-    with EmbeddedServer() as srv:
-        yield srv
-
-
-def _post(url: str) -> None:
-    """POST a step whose publish never returns; its connection is cut at the stop."""
-    with contextlib.suppress(httpx.HTTPError):
-        httpx.post(f"{url}/schedule", json=batch_body(step=1, policy="lpt"), timeout=WAIT_S)
 
 
 def _closed(url: str, wait_s: float) -> None:
@@ -64,7 +47,7 @@ def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_tracebac
     started, joining = tmp_path / "started", tmp_path / "joining"
     planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
     with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        post_stuck(url, WAIT_S)
         began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGINT)
         _closed(url, WAIT_S)

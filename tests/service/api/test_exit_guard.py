@@ -12,14 +12,11 @@ it); now it ends, naming the thread it did not wait for, with the status of an e
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
 import pytest
 
 from service.api import exit_guard
@@ -27,24 +24,11 @@ from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, arm
 from service.embedded import EmbeddedServer
 from tests.service.api.stopped_child import began, serving
 from tests.service.api.stuck_call import STARTED, URL
-from tests.service.api_helpers import batch_body
+from tests.service.api.stuck_post import post_stuck
 
 pytestmark = pytest.mark.slow
 STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedServer]:
-    """A private server: the stuck call holds one of its clients until the child ends."""
-    with EmbeddedServer() as srv:
-        yield srv
-
-
-def _post(url: str) -> None:
-    """POST a step whose publish never returns; its connection is cut at the stop."""
-    with contextlib.suppress(httpx.HTTPError):
-        httpx.post(f"{url}/schedule", json=batch_body(step=1, policy="lpt"), timeout=WAIT_S)
 
 
 def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
@@ -53,7 +37,7 @@ def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
     started = tmp_path / "started"
     planted = {STARTED: str(started), URL: server.url}  # where the stuck call says it began, its server
     with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        post_stuck(url, WAIT_S)
         began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGTERM)
         _, logged = proc.communicate(timeout=WAIT_S)

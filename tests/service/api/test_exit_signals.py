@@ -15,15 +15,11 @@ no duration is asserted.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service import cli
@@ -35,7 +31,7 @@ from tests.service.api.guard_stand import stood_guard
 from tests.service.api.serve_embedded import serve_embedded
 from tests.service.api.stopped_child import began, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
-from tests.service.api_helpers import batch_body
+from tests.service.api.stuck_post import post_stuck
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
@@ -45,19 +41,6 @@ WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s pa
 # past the test's steps between its first signal and its third, so the guard does not fire first
 STALLED_TIMEOUT_S = 3
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)  # in /proc/<pid>/status's pending-signal masks
-
-
-@pytest.fixture
-def server() -> Iterator[EmbeddedServer]:
-    """A private server: the stuck call holds one of its clients until the child ends."""
-    with EmbeddedServer() as srv:
-        yield srv
-
-
-def _post(url: str) -> None:
-    """POST a step whose publish never returns; its connection is cut at the stop."""
-    with contextlib.suppress(httpx.HTTPError):
-        httpx.post(f"{url}/schedule", json=batch_body(step=1, policy="lpt"), timeout=WAIT_S)
 
 
 def _lines(logged: str, message: str) -> list[str]:
@@ -72,7 +55,7 @@ def test_a_second_signal_while_the_exit_joins_a_stuck_thread_keeps_the_guards_st
     started, joining = tmp_path / "started", tmp_path / "joining"
     planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
     with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        post_stuck(url, WAIT_S)
         began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGTERM)
         began(joining, proc, WAIT_S)  # uvicorn's wait is over: the exit joins the stuck thread
