@@ -21,7 +21,10 @@ from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import SERVERS, command_name, kill_if_still_there, server_pid
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
-SLOW_S = 2.0  # how long the owner's ``Popen`` takes to return once the server is started
+# How long an owner's window (its ``Popen`` slow to return, its ``Thread.start`` slow to) stays open:
+# until the test's signal, whose handler's exception ends the sleep. A fixed 2 s window closed before
+# the signal came on a loaded CI host, and the owner stopped outside it.
+WINDOW_S = WAIT_S
 
 # An owner whose stop on SIGTERM raises, as serve's does: at its stop it writes its server's answer to
 # a PING asked after the signal, then stops the server.
@@ -40,26 +43,30 @@ with EmbeddedServer() as server:
         print(redis.Redis.from_url(server.url).ping(), flush=True)
 """
 
-# An owner whose ``Popen`` of its server returns ``SLOW_S`` after the server started, having written
-# the server's pid; its stop says whether ``Popen`` had returned by then. The data dir, argv[1], is the
-# test's: a temporary one, removed at the owner's exit while the server still started, left a server
-# that ``Popen`` had lost ending of itself, which hid the loss.
+# An owner whose ``Popen`` of its server returns only once the stop has come (or ``WINDOW_S``), though
+# the server started, having written the server's pid; its stop says whether ``Popen`` had returned by
+# then. ``Popen`` runs on the spawn's thread, which the handler's exception does not reach: the handler
+# sets ``stopped``. The data dir, argv[1], is the test's: a temporary one, removed at the owner's exit
+# while the server still started, left a server that ``Popen`` had lost ending of itself, which hid
+# the loss.
 STOPPED_WHILE_SPAWNING = f"""
-import signal, subprocess, sys, time
+import signal, subprocess, sys, threading
 from pathlib import Path
 from service.embedded import EmbeddedServer
 spawning = []
+stopped = threading.Event()
 class SlowToReturn(subprocess.Popen):
     def __init__(self, args, **kwargs):
         super().__init__(args, **kwargs)
         if "--dir" in args:
             spawning.append(True)
             print(self.pid, flush=True)
-            time.sleep({SLOW_S})
+            stopped.wait({WINDOW_S})
             spawning.clear()
 subprocess.Popen = SlowToReturn
 def stop(signum, frame):
     print("spawning" if spawning else "spawned", flush=True)
+    stopped.set()
     raise SystemExit(0)
 signal.signal(signal.SIGTERM, stop)
 EmbeddedServer(data_dir=Path(sys.argv[1])).start()
@@ -153,11 +160,12 @@ subprocess.Popen = Announced
 starting = []
 start = threading.Thread.start
 def slow_start(self):
+    if self.name == "embedded-spawn":
+        starting.append(True)  # before ``start``: a stop in its own wait is in the window too
     start(self)
     if self.name == "embedded-spawn":
-        starting.append(True)
         returned.wait()
-        time.sleep({SLOW_S})
+        time.sleep({WINDOW_S})
         starting.clear()
 threading.Thread.start = slow_start
 def stop(signum, frame):
