@@ -15,6 +15,7 @@ import bisect
 import functools
 import itertools
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -87,6 +88,8 @@ class Problem:
     seeded: dict[int, SeededDraws] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )  # ``draws``' memo: seed -> the draws of the spread last asked with it
+    seeding: threading.Lock = field(default_factory=threading.Lock, init=False, compare=False, repr=False)
+    # ``draws``' look-up and store as one step: threads asking first each built their own draws
 
     def item_totals(self, items: Sequence[int]) -> tuple[int, int, float, int]:
         """The load totals of trajectories ``items`` (``load.Load``'s fields: longest steps, decode
@@ -156,10 +159,17 @@ class Problem:
         life of the problem (one plan): every judgment of the plan reads the same rows, drawn once
         (``scheduler.policies.plan_draws``: 3-5 ms each time at 4,096 x 32). Kept per seed for the
         spread object last asked (a plan computes its spread once), which the memo holds, so a new
-        spread can never be taken for an old one."""
-        known = self.seeded.get(seed)
-        if known is None or known.spread is not spread:
-            known = self.seeded[seed] = SeededDraws(spread, seed)
+        spread can never be taken for an old one.
+
+        Built once under ``seeding``: the rows were the same either way (seeded), but threads asking
+        first each built a ``SeededDraws`` and drew its rows, and each kept its own, so the plan's
+        draws were drawn once a thread rather than once (``planner.Prepared`` is shared by every
+        plan of a request, which a caller may make from several threads). Building one draws
+        nothing (its rows are drawn as asked), so the lock is held for microseconds."""
+        with self.seeding:
+            known = self.seeded.get(seed)
+            if known is None or known.spread is not spread:
+                known = self.seeded[seed] = SeededDraws(spread, seed)
         return known
 
     def lengths(self, queue: Sequence[int]) -> tuple[list[int], list[int]]:

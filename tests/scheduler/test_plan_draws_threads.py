@@ -6,11 +6,14 @@ draws from two threads today (the service plans a request on one thread; the ben
 plan each request on its own ``Problem``), but ``planner.prepare``'s ``Prepared`` is documented as
 shared by every plan of a request, and a caller planning two policies from it at once would race:
 two extends each drawing from the generator, one of them kept, and the plan would depend on the
-threads' timing. Run without the lock, the threads below get rows other than the one pass's.
+threads' timing. Run without the lock, the threads below get rows other than the one pass's. And
+``Problem.draws``' memo builds one ``SeededDraws`` a seed: without its lock, threads asking first each
+built (and drew) their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,7 +22,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from scheduler.benchgen import bench_request
 from scheduler.policies.plan_draws import SAMPLES, SeededDraws, Spread, draw_matrix
+from scheduler.policies.problem import Problem, build_problem
 
 THREADS = 8
 TRIALS = 20  # fresh draws raced, each from its own seed
@@ -78,3 +83,34 @@ def test_threads_asking_one_plans_draws_at_once_all_read_the_rows_of_one_pass() 
         read.append((SAMPLES, draws.rows(SAMPLES)))  # and what is kept once they are done
         torn += [(seed, stop) for stop, rows in read if not np.array_equal(rows, whole[:stop])]
     assert (torn, raised) == ([], [])
+
+
+def _first_asks(problem: Problem, spread: Spread, seed: int) -> list[SeededDraws]:
+    """What each of ``THREADS`` threads got, all asking ``problem``'s draws at once, first."""
+    start = threading.Barrier(THREADS)
+    got: list[SeededDraws] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(problem.draws(spread, seed))  # list.append: atomic under the GIL
+
+    threads = [threading.Thread(target=ask) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return got
+
+
+@pytest.mark.usefixtures("switching_often")
+def test_threads_asking_a_problem_for_its_draws_first_all_get_the_one_draws_it_keeps() -> None:
+    """``Problem.draws``' memo builds one ``SeededDraws`` a seed and spread: threads asking first each
+    built their own and drew its rows (the same rows, seeded: only the work was lost)."""
+    spread = _spread()
+    bare = build_problem(bench_request(64, 2, 0))
+    built: list[int] = []
+    for seed in range(TRIALS):
+        problem = dataclasses.replace(bare)  # the same problem with fresh memos
+        got = _first_asks(problem, spread, seed)
+        built.append(len({id(draws) for draws in [*got, problem.draws(spread, seed)]}))
+    assert built == [1] * TRIALS
