@@ -33,7 +33,7 @@ from scheduler.gcpause import collector_paused
 from scheduler.lowerbound import LowerBound, lower_bound
 from scheduler.policies import get_policy
 from scheduler.policies.base import Policy
-from scheduler.policies.problem import Problem, build_problem
+from scheduler.policies.problem import Problem, problem_and_bound_columns
 from scheduler.types import Plan, PlanRequest, WorkerPlan, trajectory_keys
 from scheduler.validation import validate_request
 
@@ -72,7 +72,7 @@ def prepare(request: PlanRequest) -> Prepared:
         with giveup.stage("validation"):
             validate_request(request)
         with giveup.stage("problem"):
-            problem = build_problem(request)
+            problem, columns = problem_and_bound_columns(request)
         with giveup.stage("bound"):
             bound = lower_bound(
                 request.trajectories,
@@ -81,7 +81,7 @@ def prepare(request: PlanRequest) -> Prepared:
                 request.prefix_affinity,
                 deadline=started + BOUND_SHARE * request.time_budget_s,
                 fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
-                columns=problem.bound_columns,
+                columns=columns,
             )
         with giveup.stage("keys"):  # apart from the collection at the pause's end (deadline49)
             keys = trajectory_keys(request.trajectories)

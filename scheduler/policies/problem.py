@@ -77,8 +77,6 @@ class Problem:
     # at 4,096 and ~40 ms at 32,768, though ``build_problem`` computes them for the units anyway
     engine: str = DEFAULT_ENGINE  # the request's engine (``PlanRequest.engine``): what the hedges'
     # drawn plays follow under vLLM admission (``robust_order.draw_rules``)
-    bound_columns: BatchColumns | None = field(default=None, compare=False, repr=False)  # the lower
-    # bound's columns (``scheduler.batch_columns``) from this build's arrays, for ``planner.prepare``
     plays: dict[tuple[WorkerCost, tuple[int, ...], bool], tuple[float, float]] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )  # ``played``'s memo: (cost, queue, reserve) -> (clock, the bound it was played to)
@@ -180,11 +178,22 @@ class Problem:
 
 def build_problem(request: PlanRequest) -> Problem:
     """Resolve costs, planned lengths and units for ``request`` (assumed validated)."""
+    return problem_and_bound_columns(request)[0]
+
+
+def problem_and_bound_columns(request: PlanRequest) -> tuple[Problem, BatchColumns]:
+    """``build_problem``, with the lower bound's columns (``scheduler.batch_columns``) from the same
+    arrays, for ``planner.prepare`` to hand to the bound.
+
+    Why beside the problem, not on it. The columns describe the request's trajectories; kept as a
+    field of the problem, a ``dataclasses.replace`` of it with another batch's prompts and steps
+    kept the first batch's columns, and a bound read from them would be another batch's. A problem
+    holds nothing of its batch that a replace of its batch's fields leaves behind."""
     with collector_paused():  # tens of thousands of acyclic tuples: see scheduler.gcpause
         return _build_problem(request)
 
 
-def _build_problem(request: PlanRequest) -> Problem:
+def _build_problem(request: PlanRequest) -> tuple[Problem, BatchColumns]:
     """The per-trajectory columns, then one unit per trajectory, or per group under affinity.
 
     The caller's hard deadline is checked between the three (``scheduler.giveup``): each is a pass
@@ -207,18 +216,10 @@ def _build_problem(request: PlanRequest) -> Problem:
         units = _group_units(request, columns, pins, allowed)
         unrestricted = all(len(u.allowed) == len(active) for u in units)
         ranked = tuple(longest_first(units))
-    return Problem(
-        costs,
-        columns.prompts,
-        columns.steps,
-        units,
-        active,
-        ranked,
-        unrestricted,
-        kv_steps,
-        request.engine,
-        columns.bound,
+    problem = Problem(
+        costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps, request.engine
     )
+    return problem, columns.bound
 
 
 def _totals_one_by_one(
