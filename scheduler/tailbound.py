@@ -101,7 +101,8 @@ def tail_bound(
     coefficients its speed groups fastest first, each at its fastest member's cost, and the cover
     credits a family's ``a``-th worker as its ``a``-th fastest (``scheduler.tailcover``).
     """
-    if len(lengths) == 0:
+    late = Late(deadline, fluid_deadline)
+    if len(lengths) == 0 or late():
         return known_s
     steps = np.asarray(lengths, dtype=np.int64)
     work = np.asarray(kv_steps, dtype=np.float64)
@@ -109,8 +110,13 @@ def tail_bound(
     limits = [(kind_limits(cost, head, descending=True), n) for cost, n in kinds]
     families = _families(limits, ranked, head)
     exchange = _exchange(limits, families)
+    if late():
+        return known_s
+    rows = _FluidRows(steps, families)
+    if late():
+        return known_s
     fluid_timed = Timed(fluid_deadline)
-    bound = _fluid_bound(steps, work, prompts, families, exchange, known_s, precision, fluid_timed)
+    bound = _fluid_bound(rows, work, prompts, exchange, known_s, precision, fluid_timed)
     bands: dict[float, BandCover] = {}  # built at a share's first probe: none past the deadline
 
     def band(share: float) -> BandCover:
@@ -144,18 +150,16 @@ def _exchange(limits: Sequence[tuple[KindLimits, int]], families: Sequence[Famil
 
 
 def _fluid_bound(
-    steps: IntArray,
+    rows: _FluidRows,
     work: FloatArray,
     prompts: FloatArray,
-    families: Sequence[Family],
     exchange: float,
     known_s: float,
     precision: float,
     timed: Timed,
 ) -> float:
-    """The fluid cover's bound at the prompt tokens' shares of the ``exchange`` rate that
+    """The fluid cover's bound on ``rows`` at the prompt tokens' shares of the ``exchange`` rate that
     ``prefill_shares.shares_bound`` tries, each search starting where the last stopped; >= ``known_s``."""
-    rows = _FluidRows(steps, families)
 
     def search(share: float, low: float) -> float:
         rate = share * exchange
@@ -185,6 +189,26 @@ class Timed:
         result = probe(t)
         self.longest = max(self.longest, clock.now() - started)
         return result
+
+
+class Late:
+    """Whether every probe of the bound would now be refused (``Timed``): both deadlines given and
+    passed, so what is left of the set-up could only be thrown away.
+
+    Why. The set-up before the first probe (each kind's limits, the fluid rows: ~0.8 ms of CPU at
+    4,096 x 32) ran whatever the clock said, and on a loaded host ``prepare`` can reach the bound
+    past its shares, or be descheduled in the set-up until past them: the bound then spent several
+    ms of wall building what no probe read (docs/experiments.md, sched53). Returning ``known_s``
+    there is what the refused probes would have returned, to the bit (``_search`` and ``_bisect``
+    keep their ``low``), so the bound is the same, only sooner.
+    """
+
+    def __init__(self, deadline: float | None, fluid_deadline: float | None) -> None:
+        self.last = None if deadline is None or fluid_deadline is None else max(deadline, fluid_deadline)
+
+    def __call__(self) -> bool:
+        """True once ``clock.now()`` is past both deadlines (never where either is None)."""
+        return self.last is not None and clock.now() > self.last
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +253,7 @@ class _FluidRows:
         group's capacity at the length rounded down, at least its own), a group at the fastest's
         limits with the makespan scaled by its relative speed; the cover ranks the family's workers
         by them."""
-        fluid = FluidCover(self.laid, demand, self.sizes, self.ranks, self.grid)
+        built: list[FluidCover] = []  # at the first probe: a search whose probes are all refused builds none
         pairs = list(zip(self.families, self.rows, strict=True))
 
         def capacities(t: float) -> list[FloatArray]:
@@ -242,7 +266,12 @@ class _FluidRows:
             out: list[FloatArray] = [t * f.ratios / f.limits.step_s for f in self.families]
             return out
 
-        return lambda t: fluid.shortfall(capacities(t), reach(t))
+        def shortfall(t: float) -> float:
+            if not built:
+                built.append(FluidCover(self.laid, demand, self.sizes, self.ranks, self.grid))
+            return built[0].shortfall(capacities(t), reach(t))
+
+        return shortfall
 
 
 def _search(gap: Callable[[float], float], low: float, precision: float, timed: Timed) -> float:
