@@ -7,17 +7,11 @@ it into the serving predictor; requests keep being answered by the previous vers
 of a step at least N past the last retrained step starts one in the background:
 by then the actuals of every earlier step are in, which is the step boundary the trainer sees.
 
-Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``):
-``keys.retrain_lock`` (``SET NX`` with ``RETRAIN_LOCK_TTL_S``, renewed while the fit runs and
-released when the replica stops, so a replica stopped or killed mid-retrain holds it back a minute
-at most) allows one retrain at a time across replicas; a fit that finds it lost before storing its
-version stores nothing, since another replica may have fitted newer actuals meanwhile. Each lock
-taken draws a fencing token from ``keys.retrain_fence``, stored with the version: a fit whose lock
-lapsed between that check and the rename lands a version of a lower token than the newer one
-stored meanwhile, which no replica serves (``predictors.store``). And
-``keys.retrain_step`` holds the step the last automatic retrain started at (the first step seen,
-before any; ``POST /models/retrain`` leaves it); a boundary met while a retrain runs anywhere is left
-for the next step to claim. Other replicas pick the new version up by hot reload.
+Replicas coordinate through two keys (named, with their TTLs, in ``service/delivery/keys.py``): the
+retrain lock, one retrain at a time across replicas, with the fencing token each lock taken draws
+(``service.learning.retrain_lock``), and the mark of the last retrained step, which a boundary claims
+(``service.learning.retrain_boundary``); a boundary met while a retrain runs anywhere is left for the
+next step to claim. Other replicas pick the new version up by hot reload.
 
 The replica's stop (``Startup.halt``) halts the retrainer: no retrain starts after it, and one under
 way gives up at its fit's next boosting round (``predictors.cutoff``, checked by ``predictors.model``)
@@ -37,7 +31,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,33 +40,15 @@ from scheduler.errors import InvalidInputError
 from service.delivery import keys
 from service.delivery.errors import REDIS_FAILED
 from service.learning.models import ModelService
+from service.learning.retrain_boundary import StepBoundary
 from service.learning.retrain_lines import muted_once
+from service.learning.retrain_lock import RetrainLock, brief
 from service.logs import mark_logged, schedule_only_context
 from service.metrics import Metrics
 from service.problems.table import ConflictError, RetrainStoppedError, ServiceError
 from service.redis_conn import RedisClient
 
 _log = logging.getLogger("service.retrain")
-_COMPARE_AND_SET = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
-return 0
-"""
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-# the next fencing token, past every token the store holds: a Redis that lost the counter (restarted
-# without its AOF) would otherwise hand out tokens below the stored versions', superseding each new one
-_NEXT_FENCE = """
-local token = redis.call('INCR', KEYS[1])
-local floor = tonumber(ARGV[1])
-if token <= floor then token = floor + 1 redis.call('SET', KEYS[1], token) end
-return token
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 @dataclass(frozen=True)
@@ -100,18 +75,11 @@ class Retrainer:
         self._redis = client
         self._metrics = metrics
         self._every = every_steps
-        self._lock_key = keys.retrain_lock(prefix)
-        self._fence_key = keys.retrain_fence(prefix)
-        self.step_key = keys.retrain_step(prefix)
-        self._advance = client.register_script(_COMPARE_AND_SET)
-        self._renew = client.register_script(_RENEW)
-        self._next_fence = client.register_script(_NEXT_FENCE)
-        self._release = client.register_script(_RELEASE)
-        self._token: str | None = None  # the retrain lock's owner token while this replica holds it
-        self._unreleased: str | None = None  # a token whose release failed (Redis was down then)
         self._running = threading.Lock()
         self.background: threading.Thread | None = None  # the last automatic retrain, if any
         self._halted = threading.Event()  # the replica stops: none starts, one under way gives up
+        self.lock = RetrainLock(client, metrics, prefix, self._say, self._halted)
+        self.boundary = StepBoundary(client, every_steps, prefix)
         self._said = threading.Lock()  # a line and the abandonment are one after the other, never both
         self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
         self._storing = False  # a retrain is past its fence: its version is stored, stop or not
@@ -124,7 +92,7 @@ class Retrainer:
     def running_anywhere(self) -> bool:
         """Whether this or another replica is retraining now (the shared lock is held): what a
         ``POST /models/retrain`` on any replica would be refused for."""
-        return self.running or bool(self._redis.exists(self._lock_key))
+        return self.running or bool(self._redis.exists(self.lock.key))
 
     def retrain_now(self, trigger: str = "request", step: int | None = None) -> RetrainResult:
         """Retrain synchronously; ``ConflictError`` (409) when one is already running or data is too thin.
@@ -174,18 +142,16 @@ class Retrainer:
 
     def _locked_retrain(self, step: int | None) -> RetrainResult:
         self._unless_halted()
-        self._release_leftover()
-        token = uuid.uuid4().hex
-        if not self._redis.set(self._lock_key, token, nx=True, ex=keys.RETRAIN_LOCK_TTL_S):
+        self.lock.release_leftover()
+        token = self.lock.take()
+        if token is None:
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in another replica")
-        self._token, done = token, threading.Event()
-        keeper = threading.Thread(target=self._keep_lock, args=(token, done), daemon=True)
+        done = threading.Event()
+        keeper = threading.Thread(target=self.lock.keep, args=(token, done), daemon=True)
         keeper.start()
         try:
-            fence_token = int(
-                self._next_fence(keys=[self._fence_key], args=[self._models.highest_fence_token()])
-            )
+            fence_token = self.lock.next_fence_token(self._models.highest_fence_token())
             version, rows, seconds = self._models.retrain(
                 fence=self._fence(token), fence_token=fence_token, planned_step=step
             )
@@ -194,7 +160,7 @@ class Retrainer:
             raise ConflictError(f"not enough actuals to train on: {error.reason}", field="history") from None
         finally:
             done.set()
-            self.release()
+            self.lock.release()
         self._metrics.retrains.labels("ok").inc()
         return RetrainResult(f"v{version}", rows, seconds)
 
@@ -211,7 +177,7 @@ class Retrainer:
                 with self._said:  # the halt's check and ``_storing`` are one step for ``stop``'s line
                     self._unless_halted()
                     self._storing = passed = True  # reset as the retrain ends (``retrain_now``)
-            self._still_held(token)
+            self.lock.still_held(token)
 
         return fence
 
@@ -258,62 +224,6 @@ class Retrainer:
             if not self._abandoned:
                 _log.log(level, message, *args, **kwargs)
 
-    def _still_held(self, token: str) -> None:
-        """``ConflictError`` unless this fit still holds the retrain lock, renewed by this check.
-
-        The lock can lapse under a fit (Redis down or the process paused past its TTL, so renewals
-        failed), and another replica then takes it and fits on newer actuals. Publishing anyway
-        stored two versions out of order: the stale one, finishing last, got the higher number,
-        and every replica served it. The check and the store's rename are not one atomic step: a
-        fit paused between them still renames its version in, and the version's fencing token
-        (taken with the lock, lower than the other replica's) makes every reader pass it over
-        (``predictors.store``); checked again after the rename, this fit then takes it back."""
-        if not self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S]):
-            self._metrics.retrains.labels("busy").inc()
-            raise ConflictError(
-                f"the retrain lock lapsed while this replica fitted (held past its "
-                f"{keys.RETRAIN_LOCK_TTL_S} s without a renewal); another replica may have retrained "
-                "on newer actuals since, so this fit was not stored",
-                field="retrain_lock",
-            )
-
-    def _keep_lock(self, token: str, done: threading.Event) -> None:
-        """Renew the lock every third of its TTL until ``done``: a short TTL frees it soon after a
-        crash, renewal keeps it through a long fit. A lock found lost is said once; the fit goes on
-        and is not stored (``_still_held``)."""
-        while not done.wait(keys.RETRAIN_LOCK_TTL_S / 3) and not self._halted.is_set():
-            try:
-                held = self._renew(keys=[self._lock_key], args=[token, keys.RETRAIN_LOCK_TTL_S])
-            except Exception as error:  # Redis down: the lock may lapse; the fit itself goes on
-                self._say(
-                    logging.WARNING,
-                    "could not renew the retrain lock: %s",
-                    _brief(error),
-                    exc_info=_unexpected(error),
-                )
-                continue
-            if not held:
-                self._say(
-                    logging.WARNING, "the retrain lock lapsed during the fit: its version will not be stored"
-                )
-                return
-
-    def release(self) -> None:
-        """Give the retrain lock back if this replica holds it (after a fit, and at shutdown: a
-        replica stopped mid-retrain must not block every other's for the lock's life)."""
-        token, self._token = self._token, None
-        if token is not None:
-            try:
-                self._release(keys=[self._lock_key], args=[token])
-            except Exception as error:  # Redis down: the lock expires by itself, or at our next attempt
-                self._unreleased = token
-                self._say(
-                    logging.WARNING,
-                    "could not release the retrain lock (it lapses by itself): %s",
-                    _brief(error),
-                    exc_info=_unexpected(error),
-                )
-
     def release_at_stop(self) -> None:
         """``release`` at the stop (``Startup.halt``), unless a retrain is past its fence, storing its
         version: it gives the lock back itself once stored (abandoned, the lock lapses by its TTL),
@@ -321,24 +231,16 @@ class Retrainer:
         with self._said:  # after the halt: a retrain not storing now never passes its fence
             storing = self._storing
         if not storing:
-            self.release()
-
-    def _release_leftover(self) -> None:
-        """Give back a lock whose release failed. A Redis restarted from its AOF keeps the lock for
-        its whole TTL, and this replica's next boundary would find its own lock and skip the retrain
-        as "running in another replica"."""
-        token, self._unreleased = self._unreleased, None
-        if token is not None:
-            self._release(keys=[self._lock_key], args=[token])
+            self.lock.release()
 
     def after_step(self, step: int) -> bool:
         """Start a background retrain if ``step`` is a configured boundary; True if one started."""
         if self._every <= 0 or self.running or self._halted.is_set():
             return False
-        self._release_leftover()  # this replica's own lock, left by a failed release, is no fit running
+        self.lock.release_leftover()  # this replica's own lock, left by a failed release, is no fit running
         if self.running_anywhere():
             return False  # a boundary met while a fit runs is claimed by the next step after it
-        if not self._claims_boundary(step):
+        if not self.boundary.claims(step):
             return False
         # its lines carry the schedule id of the step that started it, and nothing else of the request's
         # context: no deadline of the caller's, nor the stop's clock (``logs.schedule_only_context``)
@@ -350,21 +252,6 @@ class Retrainer:
         )
         self.background.start()
         return True
-
-    def _claims_boundary(self, step: int) -> bool:
-        """Whether ``step`` is at least ``every_steps`` past the last retrained step and this replica
-        moved the shared mark (``keys.retrain_step``) to it first. The first step seen only sets the
-        mark, and a step below it (a training run started over) moves it back: neither retrains."""
-        last = self._redis.get(self.step_key)
-        if last is None:
-            self._redis.set(self.step_key, step)  # the first step seen: nothing earlier to learn from
-            return False
-        if step < int(last):  # a new training run started over: count from here
-            self._advance(keys=[self.step_key], args=[last, step])
-            return False
-        if step - int(last) < self._every:
-            return False
-        return bool(self._advance(keys=[self.step_key], args=[last, step]))  # False: another replica first
 
     def _background(self, step: int) -> None:
         try:
@@ -383,18 +270,5 @@ def _failure(trigger: str, error: Exception) -> tuple[str, bool]:
     reason. Anything else is a bug, and keeps its traceback where nothing else logs one: a failed
     automatic retrain (a request's 500 is logged by the server, traceback and all)."""
     expected = isinstance(error, (ServiceError, *REDIS_FAILED))
-    reason = error.detail if isinstance(error, ServiceError) else _brief(error)
+    reason = error.detail if isinstance(error, ServiceError) else brief(error)
     return reason, not expected and trigger != "request"
-
-
-def _brief(error: Exception) -> str:
-    """The error as one line: its type and message."""
-    return f"{type(error).__name__}: {error}"
-
-
-def _unexpected(error: Exception) -> bool:
-    """Whether a failure to keep or give back the lock deserves a traceback. A Redis error does not:
-    an outage is an expected event there (the lock lapses by itself), and the client's internals,
-    40 lines a failure, only buried the one thing an operator needs, which error it was. Anything
-    else is a bug, and keeps its traceback."""
-    return not isinstance(error, REDIS_FAILED)

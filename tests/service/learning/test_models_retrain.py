@@ -302,13 +302,13 @@ def test_a_lock_whose_release_failed_does_not_block_this_replicas_next_retrain(
     """Redis restarting (from its AOF) just as a fit ended kept the lock for its TTL, and the next
     step boundary skipped its retrain as "already running in another replica": its own lock."""
     retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
-    release = retrainer._release
+    release = retrainer.lock._release
 
     def down_once(**kwargs: object) -> object:
-        monkeypatch.setattr(retrainer, "_release", release)
+        monkeypatch.setattr(retrainer.lock, "_release", release)
         raise redis.ConnectionError("Redis is restarting")
 
-    monkeypatch.setattr(retrainer, "_release", down_once)
+    monkeypatch.setattr(retrainer.lock, "_release", down_once)
     client.post("/actuals", json={"actuals": actual_history(steps=2)})
     assert client.post("/models/retrain").status_code == 200
     assert redis_client.get("rs:retrain:lock") is not None  # the restarted Redis still holds it
@@ -326,7 +326,7 @@ def test_a_lock_release_that_meets_a_redis_outage_logs_one_line_without_a_traceb
     def down(**kwargs: object) -> object:
         raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(retrainer, "_release", down)
+    monkeypatch.setattr(retrainer.lock, "_release", down)
     client.post("/actuals", json={"actuals": actual_history(steps=2)})
     with caplog.at_level("WARNING", logger="service.retrain"):
         assert client.post("/models/retrain").status_code == 200

@@ -111,15 +111,15 @@ def test_a_lock_this_replica_failed_to_release_does_not_hold_back_its_next_step_
 ) -> None:
     client = make_client(retrain_every_steps=2)
     retrainer: Any = client.app.state.context.retrainer  # type: ignore[attr-defined]
-    release = retrainer._release
+    release = retrainer.lock._release
 
     def down_once(**kwargs: object) -> object:
-        monkeypatch.setattr(retrainer, "_release", release)
+        monkeypatch.setattr(retrainer.lock, "_release", release)
         raise redis.ConnectionError("Redis is restarting")
 
     client.post("/schedule", json=batch_body(step=0))
     client.post("/actuals", json={"actuals": actual_history(steps=2)})
-    monkeypatch.setattr(retrainer, "_release", down_once)
+    monkeypatch.setattr(retrainer.lock, "_release", down_once)
     assert client.post("/models/retrain").json()["version"] == "v1"
     assert redis_client.get(LOCK) is not None  # the restarted Redis still holds it
     client.post("/schedule", json=batch_body(step=2))
