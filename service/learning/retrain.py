@@ -80,7 +80,9 @@ class Retrainer:
         self._halted = threading.Event()  # the replica stops: none starts, one under way gives up
         self.lock = RetrainLock(client, metrics, prefix, self._say, self._halted)
         self.boundary = StepBoundary(client, every_steps, prefix)
-        self._said = threading.Lock()  # a line and the abandonment are one after the other, never both
+        # a line (here, or through the model service: ``retrain_lines``) and the abandonment are one
+        # after the other, never both; reentrant, as a handler may log while it outputs a line
+        self._said = threading.RLock()
         self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
         self._storing = False  # a retrain is past its fence: its version is stored, stop or not
 
@@ -108,7 +110,7 @@ class Retrainer:
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
-            with cutoff.checking(self._unless_halted), muted_once(lambda: self._abandoned):  # see halt
+            with cutoff.checking(self._unless_halted), muted_once(self._said, lambda: self._abandoned):
                 result = self._locked_retrain(step)
         except ConflictError:
             raise  # counted where it was decided

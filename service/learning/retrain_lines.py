@@ -6,43 +6,56 @@ it runs (``service.learning.models``: ``retrained``, a history reloaded, old ver
 ``service.learning.actuals``: the entries its first read skipped), and those still came after the stop's
 line: a retrain abandoned in its Redis read of new actuals logged that read's warnings once Redis
 answered, and one abandoned while storing its version logged ``retrained`` (review52d). A filter on
-those loggers drops a record logged in a retrain's context (``muted_once``) once its check says it
-was abandoned; the follower's and the requests' lines, in contexts of their own, pass untouched.
-
-The check and the line's output are not one step, as ``_say``'s are under its lock: a line checked
-just before the abandonment can still follow the stop's line, by the time one handler takes.
+those loggers takes over a record logged in a retrain's context (``muted_once``): it hands the record
+to the logger's handlers itself, under the lock the abandonment is said under, unless the retrain's
+check says it was abandoned, and lets nothing through after it. The check and the output are one
+step, as ``_say``'s are: a record that passed a check made before the abandonment, and reached the
+handlers after the stop's line (by the time a handler took, or its lock), still followed that line
+(learn53). The follower's and the requests' lines, in contexts of their own, pass untouched.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
 MUTED_LOGGERS = ("service.models", "service.actuals")  # what a retrain runs that logs on its thread
 
-_abandoned: ContextVar[Callable[[], bool] | None] = ContextVar("retrain_abandoned", default=None)
+_Gate = tuple[AbstractContextManager[object], Callable[[], bool]]
+_gate: ContextVar[_Gate | None] = ContextVar("retrain_abandoned", default=None)
 
 
 @contextmanager
-def muted_once(abandoned: Callable[[], bool]) -> Iterator[None]:
-    """Within: the muted loggers drop this context's lines once ``abandoned()`` (module doc)."""
-    token = _abandoned.set(abandoned)
+def muted_once(said: AbstractContextManager[object], abandoned: Callable[[], bool]) -> Iterator[None]:
+    """Within: the muted loggers output this context's lines under ``said`` (the lock the stop
+    abandons the retrain under), and none once ``abandoned()`` (module doc)."""
+    token = _gate.set((said, abandoned))
     try:
         yield
     finally:
-        _abandoned.reset(token)
+        _gate.reset(token)
 
 
 class _Muted(logging.Filter):
-    """Drops a record logged in an abandoned retrain's context."""
+    """Outputs a record logged in a retrain's context itself, unless the retrain was abandoned."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self._logger = logger
 
     def filter(self, record: logging.LogRecord) -> bool:
-        abandoned = _abandoned.get()
-        return abandoned is None or not abandoned()
+        gate = _gate.get()
+        if gate is None:
+            return True  # not a retrain's: the logger outputs it as usual
+        said, abandoned = gate
+        with said:
+            if not abandoned():
+                self._logger.callHandlers(record)  # what the logger does with a record it keeps
+        return False  # output above, or dropped
 
 
-_FILTER = _Muted()
 for _name in MUTED_LOGGERS:
-    logging.getLogger(_name).addFilter(_FILTER)
+    _logger = logging.getLogger(_name)
+    _logger.addFilter(_Muted(_logger))
