@@ -36,9 +36,13 @@ class TraceRow:
 
 
 INT64_MAX = 2**63 - 1
-# Least value of each integer column. An engine refuses an empty prompt (and the planner needs one);
-# an empty output is recorded as 0 (only the end was sampled).
-MINIMUM = {"step": 0, "sample_idx": 0, "prompt_tokens": 1, "output_tokens": 0, "max_new_tokens": 1}
+# Least value of each integer column. An engine refuses an empty prompt (and the planner needs one).
+# A generation is at least the token it ended on (an "empty" response is its EOS alone: one decode
+# step, counted by engines and by veRL's response mask), so an output of 0 tokens is misreported, as
+# ``POST /actuals`` refuses it too: a trace once took it, and pushed it was left out (learn53).
+MINIMUM = {"step": 0, "sample_idx": 0, "prompt_tokens": 1, "output_tokens": 1, "max_new_tokens": 1}
+# Why a count below its least is refused, said with the refusal where the reason is not the range alone.
+BELOW_MINIMUM = {"output_tokens": "a generation is at least the token it ended on (an empty one is its EOS)"}
 
 
 class TraceFormatError(InvalidInputError):
@@ -72,7 +76,8 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
                 raise ValueError("expected an integer") from None
             value = int(number)
     if value < minimum:
-        raise ValueError(f"must be >= {minimum}")
+        why = BELOW_MINIMUM.get(column)
+        raise ValueError(f"must be >= {minimum}" + (f": {why}" if why else ""))
     if value > INT64_MAX:  # counts and steps are held as int64 columns
         raise ValueError(f"exceeds {INT64_MAX}")
     return value

@@ -7,10 +7,10 @@ the global prior until actuals arrive. ``rollout-scheduler trace push`` posts th
 actuals instead, through the public API, so every replica sees them and a retrain fits on them.
 
 Rows become reports as they are (step, prompt, sample, lengths, reward, extra columns as features).
-A row without a finish reason is ``length`` when it reached its cap, else ``stop``; one without
-output tokens says nothing about length and is left out. Imported rows carry no wall time nor
-concurrency, so they teach lengths, never a worker's speed. Every report is validated before the
-first is sent, so a trace with a bad row changes nothing.
+A row without a finish reason is ``length`` when it reached its cap, else ``stop`` (a trace holds no
+row of 0 output tokens, as the API takes none: ``scheduler.trace.MINIMUM``). Imported rows carry no
+wall time nor concurrency, so they teach lengths, never a worker's speed. Every report is validated
+before the first is sent, so a trace with a bad row changes nothing.
 """
 
 from __future__ import annotations
@@ -38,24 +38,20 @@ class Pushed:
     repeated: int = 0  # actuals it held already (a trace pushed twice): not stored again
 
 
-def actual_reports(trace: Trace, worker_id: str) -> tuple[list[ActualReport], int]:
-    """The trace's rows as validated reports, and how many rows were left out (no output).
+def actual_reports(trace: Trace, worker_id: str) -> list[ActualReport]:
+    """The trace's rows as validated reports.
 
     Raises ``InvalidInputError`` naming the first row the API would refuse (its index in the trace).
     """
     reports: list[ActualReport] = []
-    skipped = 0
     for index, row in enumerate(trace.rows()):
-        if row.output_tokens <= 0:
-            skipped += 1
-            continue
         try:
             reports.append(ActualReport.model_validate(_fields(row, worker_id)))
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise InvalidInputError(f"row {index}.{where}", first.get("input"), first["msg"]) from None
-    return reports, skipped
+    return reports
 
 
 def push(

@@ -299,18 +299,16 @@ def push_command(
         raise _fail(exc) from None
     try:
         rows = read_trace(trace_path)
-        reports, skipped = actual_reports(rows, worker_id)
+        reports = actual_reports(rows, worker_id)
         # the generator's rows: the history, and a model fitted on it, learn no recorded run's lengths
         of = "SYNTHETIC " if is_synthetic(rows) else ""
         with SchedulerClient(url, token=token, timeout_s=120) as client:
             pushed = push(client, reports)
             # said before retraining: a refused retrain (a worker token, too few actuals) must not
             # leave the user thinking the history was not stored either
-            left_out = f"; {skipped} rows without output left out" if skipped else ""
             held = f"; {pushed.repeated} it held already" if pushed.repeated else ""  # pushed twice
             typer.echo(
-                f"pushed {pushed.accepted} {of}actuals to {url} "
-                f"(stream length {pushed.stream_length}){held}{left_out}"
+                f"pushed {pushed.accepted} {of}actuals to {url} (stream length {pushed.stream_length}){held}"
             )
             if retrain:
                 fitted = ", fitted on SYNTHETIC actuals" if of else ""  # GET /models says so too

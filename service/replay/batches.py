@@ -47,8 +47,9 @@ def prepare_step(trace: Trace, step: int, fit_config: FitConfig | None, quantile
 
 
 def true_lengths(truth: Sequence[Trajectory]) -> dict[str, int]:
-    """True lengths by key, played as the bound and the oracle see them: an empty output recorded in
-    a trace still took its one step (``planned_steps``), or the bound would exceed what is played."""
+    """True lengths by key, played as the bound and the oracle see them (``planned_steps``: whole
+    tokens, at least one), or the bound would exceed what is played. A trace once held empty outputs
+    (0 tokens: refused since learn53, ``scheduler.trace.MINIMUM``), which took their one step."""
     return {t.key: int(t.predicted_tokens) for t in truth}
 
 

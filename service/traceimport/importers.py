@@ -253,7 +253,12 @@ def _output_count(counted: int, cap: int | None, count_eos: bool) -> int:
     mask, generated and paid for by the engine) is gone from the text. A count below the cap is a
     response that stopped, so it gets its EOS back (at most reaching the cap); one at or past it was
     truncated, had none, and is clamped to the cap (re-encoding can overshoot). Without the cap no
-    line says which stopped, so counts stay as encoded."""
+    line says which stopped, so counts stay as encoded. An empty output is the exception: it stopped
+    (no cap is below one token) on the one token it generated, its EOS (or, with ``--no-count-eos``,
+    a stop string left out of the text), so it counts 1 whatever the flags; the trace format refuses
+    an output of 0 tokens, as ``POST /actuals`` does (``scheduler.trace.MINIMUM``)."""
+    if counted == 0:
+        return 1
     if cap is None:
         return counted
     if counted >= cap:

@@ -88,6 +88,10 @@ def test_eval_of_a_single_step_says_only_fallbacks_apply(cli: typer.Typer, tmp_p
         ("step,prompt_id,sample_idx,prompt_tokens\n0,a,0,5\n", "output_tokens"),
         ("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,-4\n", ":2:output_tokens"),
         ("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,4.5\n", ":2:output_tokens"),
+        (
+            "step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,0\n",
+            ":2:output_tokens='0': must be >= 1: a generation is at least the token it ended on",
+        ),
         ("step,prompt_id,sample_idx,prompt_tokens,output_tokens,reward\n0,a,0,5,4,nan\n", ":2:reward"),
     ],
 )

@@ -26,7 +26,7 @@ def _with(name: str, value: object) -> TraceRow:
     [
         {},
         {"max_new_tokens": None},
-        {"step": 0, "output_tokens": 0},
+        {"step": 0, "output_tokens": 1},
         {"prompt_tokens": INT64_MAX},
         {"finish_reason": None},
         {"finish_reason": ""},
@@ -48,6 +48,14 @@ def test_a_row_as_the_format_means_it_is_held_as_it_is(change: dict[str, Any]) -
 def test_a_count_that_is_not_a_count_in_int64_is_refused_naming_its_column(name: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"^{name} is not a count"):
         foldable(_with(name, value))
+
+
+@pytest.mark.parametrize("name", ["prompt_tokens", "output_tokens", "max_new_tokens"])
+def test_a_count_of_tokens_is_at_least_one_as_the_api_takes_it(name: str) -> None:
+    """An empty prompt no engine takes; an empty generation is its EOS, 1 token (learn53: an output
+    of 0 was held, where ``POST /actuals`` refuses it)."""
+    with pytest.raises(ValueError, match=rf"^{name} is not a count in \[1, "):
+        foldable(_with(name, 0))
 
 
 @pytest.mark.parametrize("name", ["step", "sample_idx", "prompt_tokens", "output_tokens"])

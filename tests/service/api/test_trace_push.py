@@ -28,9 +28,9 @@ def _trace(path: Path, rows: list[str]) -> Path:
 
 
 def _history(tmp_path: Path) -> Path:
-    """Two steps of four prompts x two samples; prompt p3's second sample has no output."""
+    """Two steps of four prompts x two samples."""
     rows = [
-        f"{step},p{p},{s},{40 + p},{0 if (p, s) == (3, 1) else 100 * (p + 1) + 10 * s + step},"
+        f"{step},p{p},{s},{40 + p},{100 * (p + 1) + 10 * s + step},"
         f"2048,{'stop' if p else ''},{(p + s) % 2},L{p % 2}"
         for step in (0, 1)
         for p in range(4)
@@ -64,15 +64,14 @@ def test_pushed_history_is_what_the_service_then_predicts_from(
             cli, ["trace", "push", str(_history(tmp_path)), "--url", server.url, "--token", TRAINER]
         )
         assert result.exit_code == 0, result.output
-        assert "pushed 14 actuals" in result.output
-        assert "2 rows without output left out" in result.output
+        assert "pushed 16 actuals" in result.output
         assert _sources(client, 2) == {"prompt_history_mean": 8}
         assert _sources(client, 0) == {"global_prior": 8}  # only steps before the one planned count
         again = CliRunner().invoke(
             cli, ["trace", "push", str(_history(tmp_path)), "--url", server.url, "--token", TRAINER]
         )
         assert "pushed 0 actuals" in again.output
-        assert "14 it held already" in again.output  # not a silent 0: the history is there
+        assert "16 it held already" in again.output  # not a silent 0: the history is there
 
 
 def test_push_takes_its_token_from_scheduler_token_off_the_command_line(
@@ -83,7 +82,7 @@ def test_push_takes_its_token_from_scheduler_token_off_the_command_line(
         args = ["trace", "push", str(_history(tmp_path)), "--url", server.url]
         result = CliRunner().invoke(cli, args, env={"SCHEDULER_TOKEN": TRAINER})
     assert result.exit_code == 0, result.output
-    assert "pushed 14 actuals" in result.output
+    assert "pushed 16 actuals" in result.output
 
 
 def test_a_refused_retrain_still_says_the_history_was_pushed(
@@ -97,8 +96,8 @@ def test_a_refused_retrain_still_says_the_history_was_pushed(
         )
         assert result.exit_code == 2, result.output  # the retrain needs a trainer's token
         assert "403" in result.output
-        assert "pushed 14 actuals" in result.output  # yet the push landed, and the user is told so
-        assert client.models().history_rows == 14
+        assert "pushed 16 actuals" in result.output  # yet the push landed, and the user is told so
+        assert client.models().history_rows == 16
 
 
 def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
@@ -110,6 +109,21 @@ def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
         result = CliRunner().invoke(cli, ["trace", "push", str(bad), "--url", server.url])
         assert result.exit_code == 2
         assert "row 1.prompt_id" in result.output
+        assert redis_client.dbsize() == before
+
+
+def test_a_trace_row_of_no_output_tokens_is_refused_at_its_line_as_the_api_refuses_it(
+    cli: typer.Typer, live_settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """It was left out and counted (``; 1 rows without output left out``): a trace took what no
+    report may say, an output of 0 tokens (an empty generation is its EOS, 1 token; learn53)."""
+    bad = _trace(tmp_path / "bad.csv", ["0,p0,0,40,100,2048,stop,1,L0", "0,p1,0,40,0,2048,stop,1,L0"])
+    with LiveServer(live_settings) as server:
+        before = redis_client.dbsize()
+        result = CliRunner().invoke(cli, ["trace", "push", str(bad), "--url", server.url])
+        assert result.exit_code == 2
+        assert "bad.csv:3:output_tokens" in result.output
+        assert "must be >= 1" in result.output
         assert redis_client.dbsize() == before
 
 
@@ -157,12 +171,12 @@ def test_the_first_report_goes_alone_and_unretried_and_later_batches_ride_out_an
     """A service that does not answer the first report is down or misnamed: said at once (it was
     retried for a minute, the length of this file's unreachable-service test); once one landed, a
     restart mid-push is ridden out, the service storing a resent report once."""
-    reports, _ = actual_reports(read_trace(_history(tmp_path)), "history")
+    reports = actual_reports(read_trace(_history(tmp_path)), "history")
     client = _Recording()
     with client:
         pushed = push(client, reports, batch=5)
-    assert client.calls == [(1, 0.0), (5, 60.0), (5, 60.0), (3, 60.0)]
-    assert pushed.accepted == len(reports) == 14  # two steps x 4 x 2, less p3#1 twice (no output)
+    assert client.calls == [(1, 0.0), (5, 60.0), (5, 60.0), (5, 60.0)]
+    assert pushed.accepted == len(reports) == 16  # two steps x 4 x 2
 
 
 def test_pushing_a_synthetic_trace_says_so_and_so_does_the_model_retrained_on_it(

@@ -1,10 +1,11 @@
 """An actuals entry whose counts the trace format and the API refuse is skipped by the stream reader.
 
-``POST /actuals`` refuses a prompt of no token, a cap of 0 and an output past its own cap (422, naming
-the field), and so does the trace format (``scheduler.trace.parse_row``); a release before 2026-12-02
-stored all three, and a foreign writer still can. The reader's one rule (``tracetable.foldable``,
-and the columnar page read beside it) kept them: the table holds such a row, and an output past its
-cap taught the predictor a length no sample can have. Now both read paths skip the entry, said and
+``POST /actuals`` refuses a prompt of no token, a cap of 0, an output past its own cap and one of no
+token (422, naming the field), and so does the trace format (``scheduler.trace.parse_row``; an output
+of no token since learn53); a release before 2026-12-02 stored the first three, and a foreign writer
+still can store any. The reader's one rule (``tracetable.foldable``, and the columnar page read
+beside it) kept them: the table holds such a row, and an output past its cap taught the predictor a
+length no sample can have. Now both read paths skip the entry, said and
 counted as any other entry that does not read, and keep every report beside it. Real Redis.
 """
 
@@ -37,6 +38,8 @@ PAST = {
     ),
     "a-cap-of-0": ("max_new_tokens", "max_new_tokens", {**REPORT, "max_new_tokens": 0}),
     "a-prompt-of-no-token": ("prompt_tokens", "prompt_tokens", {**REPORT, "prompt_tokens": 0}),
+    # the trace format took it (a trace push left it out) until learn53: a generation is at least its EOS
+    "an-output-of-no-token": ("output_tokens", "output_tokens", {**REPORT, "output_tokens": 0}),
 }
 OTHERS = [actual_report(0, p, i) for p in range(4) for i in range(4)]
 

@@ -117,6 +117,19 @@ def test_without_a_cap_no_line_says_which_output_stopped_so_counts_stay_as_encod
     assert result.trace.output_tokens.tolist() == [3, 8, 1, 2]
 
 
+@pytest.mark.parametrize(("cap", "count_eos"), [(None, True), (3, True), (3, False)])
+def test_an_empty_output_is_its_eos_alone_one_token_whatever_the_flags(
+    tmp_path: Path, tokenizer_json: Path, cap: int | None, count_eos: bool
+) -> None:
+    """An empty response stopped on the one token it generated (its EOS, decoded away, or a stop
+    string left out of the text); imported as 0 without a cap or with ``--no-count-eos``, it made a
+    trace ``POST /actuals`` refuses and ``trace push`` left out (learn53)."""
+    _dump(tmp_path / "d", 1, [{"input": "what is two", "output": "", "score": 0.0, "step": 1}])
+    result = import_verl(tmp_path / "d", tokenizer_json, max_new_tokens=cap, count_eos=count_eos)
+    assert result.trace.output_tokens.tolist() == [1]
+    assert result.trace.truncated.tolist() == [False]
+
+
 def test_a_dump_folder_without_step_files_is_refused(tmp_path: Path, tokenizer_json: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidInputError, match="dump"):
