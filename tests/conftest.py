@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, settings
 
 from service.embedded import EmbeddedServer
 from service.ports import share_range
+from tests.scope_costs import load_costs, longest_first, scope_of
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
 # in tests/cluster.py, a plugin named here so tests/deploy and tests/service/api both find them.
@@ -37,26 +39,37 @@ def pytest_configure(config: pytest.Config) -> None:
         share_range(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
 
 
-SOLVER_SCOPE = "tests/scheduler/"  # one xdist scope for every test of the planner
-
-
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where the plugin is absent
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadscope`` with every test under tests/scheduler in one scope, so in one worker.
+    """``--dist loadscope`` with every test under tests/scheduler in one scope, so in one worker, and
+    the scopes handed out longest first (``tests.scope_costs``).
 
     The planner's tests compute (CP-SAT, simulations) and many plan within a wall-clock budget: two
     at once on 2 cores each get half the time and may answer differently (docs/experiments.md, "CI
     time"). The rest mostly wait, one module per scope as loadscope does: a module-scoped fixture
     (two replicas, a compose loop) starts once and its tests keep their order. Not ``loadgroup``:
     pytest-xdist 3.8 groups by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.
+    Longest first: xdist's own queue (most tests first) left scopes of a few 20-30 s tests to the end,
+    the run finishing on one worker while the others sat idle.
     """
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SolverApart(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        workqueue: OrderedDict[str, dict[str, bool]]  # xdist's: scope -> {node id: done}
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            return SOLVER_SCOPE if nodeid.startswith(SOLVER_SCOPE) else super()._split_scope(nodeid)
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first unit handed out: the queue is whole, built in xdist's order
+                counts = {scope: len(unit) for scope, unit in self.workqueue.items()}
+                order = longest_first(counts, load_costs())
+                self.workqueue = OrderedDict((scope, self.workqueue[scope]) for scope in order)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return SolverApart(config, log)
 

@@ -1,0 +1,95 @@
+"""The suite's own LPT: measured seconds per pytest-xdist scope, so ``--dist loadscope`` starts the
+longest scopes first.
+
+Why: loadscope hands whole scopes (a module; all of tests/scheduler as one) to the 4 workers from a
+queue that xdist orders by test count, so a scope of a few long tests (a sidecar fleet's makespan, 31 s
+in one test; a serve stopped under a paused Redis, 26 s) is handed out among the last, and the run
+ends on the worker that drew it while the others sit idle (the lead's run at main 216c9c36: the last
+~3 % of tests took ~3 minutes). Longest first, the rule the product's own ``lpt`` policy plans by,
+leaves only short scopes for the end (helper ci53, docs/experiments.md).
+
+The costs are a table measured from a run's JUnit XML (``scope_costs.json`` beside this module);
+regenerate it after a change that moves a scope's time much:
+``pytest -n 4 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``.
+A scope the table lacks (a new module) is estimated at the table's mean seconds per test times its
+test count; a stale table costs only order, never a test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COSTS_FILE = Path(__file__).with_name("scope_costs.json")
+SOLVER_SCOPE = "tests/scheduler/"  # one xdist scope for every test of the planner (see conftest.py)
+
+
+def scope_of(nodeid: str) -> str:
+    """The xdist scope of a test: tests/scheduler as one, else loadscope's own (the node id less its
+    last ``::`` part: the module, or the class for a test in a class)."""
+    return SOLVER_SCOPE if nodeid.startswith(SOLVER_SCOPE) else nodeid.rsplit("::", 1)[0]
+
+
+def load_costs(path: Path = COSTS_FILE) -> dict[str, tuple[float, int]]:
+    """Scope -> (seconds measured, tests it held then); empty where the file is absent."""
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text())
+    return {scope: (float(seconds), int(tests)) for scope, (seconds, tests) in raw.items()}
+
+
+def longest_first(tests_per_scope: Mapping[str, int], costs: Mapping[str, tuple[float, int]]) -> list[str]:
+    """The scopes, the costliest first: a listed scope at its measured seconds, any other at the
+    table's mean seconds per test times its test count. Ties keep the given order."""
+    seconds = sum(s for s, _ in costs.values())
+    tests = sum(n for _, n in costs.values())
+    per_test = seconds / tests if tests else 1.0
+
+    def cost(scope: str) -> float:
+        listed = costs.get(scope)
+        return listed[0] if listed is not None else per_test * tests_per_scope[scope]
+
+    return sorted(tests_per_scope, key=cost, reverse=True)
+
+
+def _nodeid(classname: str, name: str) -> str:
+    """A JUnit test case's pytest node id: its ``classname`` is the module's dotted path, then any class."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = Path(*parts[:cut]).with_suffix(".py")
+        if (ROOT / module).is_file():
+            return "::".join([module.as_posix(), *parts[cut:], name])
+    return "::".join([*parts, name])
+
+
+def costs_from_junit(paths: list[Path]) -> dict[str, tuple[float, int]]:
+    """Scope -> (summed test time, test count) over the JUnit XML files pytest wrote (``--junitxml``:
+    each case's setup, call and teardown), at 0.1 s, the costliest first."""
+    sums: dict[str, tuple[float, int]] = {}
+    for path in paths:
+        for case in ET.parse(path).iter("testcase"):
+            scope = scope_of(_nodeid(case.get("classname", ""), case.get("name", "")))
+            seconds, tests = sums.get(scope, (0.0, 0))
+            sums[scope] = (seconds + float(case.get("time", "0")), tests + 1)
+    ranked = sorted(sums.items(), key=lambda kv: -kv[1][0])
+    return {scope: (round(seconds, 1), tests) for scope, (seconds, tests) in ranked}
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite ``scope_costs.json`` from the JUnit XML files named in ``argv``."""
+    if not argv:
+        print("usage: python -m tests.scope_costs JUNIT.xml [...]", file=sys.stderr)
+        return 2
+    costs = costs_from_junit([Path(a) for a in argv])
+    lines = [f"{json.dumps(scope)}: [{seconds}, {tests}]" for scope, (seconds, tests) in costs.items()]
+    COSTS_FILE.write_text("{\n" + ",\n".join(lines) + "\n}\n")  # one scope a line: diffs read per scope
+    print(f"{len(costs)} scopes, {sum(s for s, _ in costs.values()):.0f} s in all -> {COSTS_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
