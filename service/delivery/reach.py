@@ -101,11 +101,16 @@ class Reach:
         """``remap.Remap.moved`` for the walk; a read that reached no node is the cluster down: every
         schedule after it passed over with ``error``."""
         if self._remap is None:
-            self._remap = Remap(self.client)
+            self._remap = Remap(self.client, self._silenced)
         moved = self._remap.moved(key, error)
         if self._remap.unreachable is not None:
             self._down = self._remap.unreachable
         return moved
+
+    def _silenced(self, node: ClusterNode, error: Exception) -> None:
+        """``node`` did not answer the map's ask (``remap.Remap``): its schedules are passed over with
+        ``error`` for the rest of the walk, as after one of their calls' failure."""
+        self._failed[("node", node.name)] = error
 
     @property
     def catches(self) -> tuple[type[Exception], ...]:

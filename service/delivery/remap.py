@@ -17,7 +17,16 @@ key. A read that reaches no node is the whole cluster down (``unreachable``: the
 over). A read a node answers but that cannot be used (nodes that disagree, slots no master serves, a
 user refused ``CLUSTER SLOTS`` or its login on every node) keeps the last map, and the key its error.
 A refused login is no node down: no read (each would be refused alike). The read is a blocking call:
-only passes on a thread of their own make it (a walk that ``learns``)."""
+only passes on a thread of their own make it (a walk that ``learns``).
+
+Another master is asked first (``coverage.named_elsewhere``: one ``CLUSTER SLOTS`` on its own client,
+one socket timeout at most): the map is read only where one that answers names another master for the
+key's slot, or none answers (the cluster down, for the read to tell). redis-py's read asks the nodes in
+a random order, the failed one last: with two masters stalled (SIGSTOPped), each read waited on the
+other one first in one pass of two, a socket timeout (cluster53, docs/experiments.md), and a stalled
+master is seldom failed over yet. The ask passes over the masters failed in the pass, and one that does
+not answer it is told to ``on_silent`` (the caller passes its keys over, unasked) and not asked again:
+a stalled master costs a pass one ask's timeout at most, whichever read meets it first."""
 
 from __future__ import annotations
 
@@ -26,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
@@ -34,6 +44,7 @@ from redis.exceptions import (
     RedisClusterUnreachableError,
 )
 
+from service.delivery.coverage import named_elsewhere
 from service.delivery.errors import NODE_DOWN
 
 T = TypeVar("T")
@@ -46,8 +57,10 @@ class Remap:
     node (its cluster down)."""
 
     client: redis.Redis | RedisCluster
+    on_silent: Callable[[ClusterNode, Exception], None] | None = None  # a master that did not answer the ask
     unreachable: Exception | None = field(default=None, init=False)  # the error that had it read
     _read: set[str] = field(default_factory=set, init=False)  # masters whose failure read the map
+    _silent: set[str] = field(default_factory=set, init=False)  # masters that did not answer the ask
 
     def moved(self, key: str, error: Exception) -> bool:
         """Whether ``key``'s master, which did not answer (``error``: ``NODE_DOWN``), has been replaced
@@ -58,10 +71,16 @@ class Remap:
             return False
         if isinstance(error, _REFUSED) or self.unreachable is not None:
             return False
-        old = _master(client, key)
-        if old is None or old in self._read:
+        node = _master(client, key)
+        if node is None or node.name in self._read:
             return False
+        old = str(node.name)
         self._read.add(old)
+        asked = named_elsewhere(
+            client, key_slot(key.encode()), node, self._read | self._silent, self._silenced
+        )
+        if asked is False:  # a master that answers names the old one still: no failover to read
+            return False
         try:
             client.nodes_manager.initialize(last_failed_node_name=old)
         except RedisClusterUnreachableError:
@@ -70,7 +89,14 @@ class Remap:
         except RedisClusterException:  # nodes that disagree, slots uncovered, a refused user: map kept
             return False
         new = _master(client, key)
-        return new is not None and new != old
+        return new is not None and new.name != old
+
+    def _silenced(self, node: ClusterNode, error: Exception) -> None:
+        """``node`` did not answer the ask: not asked again in the pass, and told to ``on_silent``
+        where it did not answer (``NODE_DOWN``; a refusal is no node down)."""
+        self._silent.add(str(node.name))
+        if self.on_silent is not None and isinstance(error, NODE_DOWN):
+            self.on_silent(node, error)
 
 
 def resent(key: str, send: Callable[[], T], moved: Callable[[str, Exception], bool]) -> T:
@@ -86,10 +112,10 @@ def resent(key: str, send: Callable[[], T], moved: Callable[[str, Exception], bo
     return send()
 
 
-def _master(client: RedisCluster, key: str) -> str | None:
-    """The name of the master the client's map sends ``key`` to; None where it has none."""
+def _master(client: RedisCluster, key: str) -> ClusterNode | None:
+    """The master the client's map sends ``key`` to; None where it has none."""
     try:
-        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        node: ClusterNode | None = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
     except RedisClusterException:  # its slot map short of the slot
         return None
-    return None if node is None else str(node.name)
+    return node

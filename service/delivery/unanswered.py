@@ -63,7 +63,7 @@ class Unanswered:
     _remap: Remap = field(init=False)  # the map read again after a master's failure (``remap.py``)
 
     def __post_init__(self) -> None:
-        self._remap = Remap(self.client)
+        self._remap = Remap(self.client, self.met_master)  # a master silent to its ask: passed over
 
     def known(self, key: str) -> Exception | None:
         """The error ``key``'s master, or its slot, failed with earlier in this pass: don't ask; None:
