@@ -26,13 +26,25 @@ a random order, the failed one last: with two masters stalled (SIGSTOPped), each
 other one first in one pass of two, a socket timeout (cluster53, docs/experiments.md), and a stalled
 master is seldom failed over yet. The ask passes over the masters failed in the pass, and one that does
 not answer it is told to ``on_silent`` (the caller passes its keys over, unasked) and not asked again:
-a stalled master costs a pass one ask's timeout at most, whichever read meets it first."""
+a stalled master costs a pass one ask's timeout at most, whichever read meets it first.
+
+A sidecar's claims, completions and failure reports are calls of their own, not a pass (``remapped``):
+each retries itself (a report at 50 ms doubling, a claim at the next claim), so the client's paced read
+held the first of them after a failover to the old master for up to its second, and a retrying report
+for its next pause, up to 2 s (cluster53: the first one 0.46-0.82 s after the failover, 0.16-0.21 s
+read so). Such a call asks another master only where no ask for that master on its client was made in
+the last ``RECENT_S`` (the reports in flight during an outage, 32 a sidecar, each retrying, share one
+ask in that time, not one each), and reads the map only where the ask names a new master: a cluster
+none of whose masters answers is the call's own retries' to find."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
@@ -49,6 +61,9 @@ from service.delivery.errors import NODE_DOWN
 
 T = TypeVar("T")
 _REFUSED = (AuthenticationError, AuthorizationError)  # ``ConnectionError``s: credentials, not a node
+RECENT_S = 0.1  # a single call trusts another's ask of the same master on its client this long
+_ASKED: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> ask's time
+_ASKED_LOCK = threading.Lock()
 
 
 @dataclass
@@ -58,6 +73,7 @@ class Remap:
 
     client: redis.Redis | RedisCluster
     on_silent: Callable[[ClusterNode, Exception], None] | None = None  # a master that did not answer the ask
+    alone: bool = False  # a call of its own (``remapped``), not a pass
     unreachable: Exception | None = field(default=None, init=False)  # the error that had it read
     _read: set[str] = field(default_factory=set, init=False)  # masters whose failure read the map
     _silent: set[str] = field(default_factory=set, init=False)  # masters that did not answer the ask
@@ -76,10 +92,12 @@ class Remap:
             return False
         old = str(node.name)
         self._read.add(old)
+        if self.alone and not _ask_due(client, old):
+            return False
         asked = named_elsewhere(
             client, key_slot(key.encode()), node, self._read | self._silent, self._silenced
         )
-        if asked is False:  # a master that answers names the old one still: no failover to read
+        if asked is False or (asked is None and self.alone):  # no failover known: nothing to read
             return False
         try:
             client.nodes_manager.initialize(last_failed_node_name=old)
@@ -110,6 +128,27 @@ def resent(key: str, send: Callable[[], T], moved: Callable[[str, Exception], bo
         if not moved(key, error):
             raise
     return send()
+
+
+def remapped(client: redis.Redis | RedisCluster, key: str, send: Callable[[], T]) -> T:
+    """``send()``, a call of its own on ``key`` (a sidecar's claim, completion or failure report, each
+    retried by its caller); where its master did not answer and another master names a new one for its
+    slot, the map read and the call sent once more, there (``resent``; the module doc says why, and
+    why such calls share one ask of a master in ``RECENT_S``). A blocking call: run it on a thread."""
+    return resent(key, send, Remap(client, alone=True).moved)
+
+
+def _ask_due(client: RedisCluster, master: str) -> bool:
+    """Whether a call of its own asks another master about ``master`` now: none asked in the last
+    ``RECENT_S`` on ``client`` (then this one is taken as asked now)."""
+    now = time.monotonic()
+    with _ASKED_LOCK:
+        asked = _ASKED.setdefault(client, {})
+        last = asked.get(master)
+        if last is not None and now - last < RECENT_S:
+            return False
+        asked[master] = now
+        return True
 
 
 def _master(client: RedisCluster, key: str) -> ClusterNode | None:

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import redis
 
@@ -26,6 +27,7 @@ from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.progress import ScheduleInfo
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
+from service.delivery.remap import remapped
 from service.delivery.stored import unreadable_field
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session_settings import SessionSettings, SessionStats
@@ -158,7 +160,11 @@ class Claims:
         schedule is gone; ``lost`` only where a kept report is (unanswered at the drain, or given up).
         It counted ``lost`` at once when unanswered, where the report may have landed (round 45)."""
         try:
-            outcome = await asyncio.to_thread(self.delivery.fail, lease, reason)
+            meta, send = (
+                self.delivery.keys(lease.schedule_id).meta,
+                partial(self.delivery.fail, lease, reason),
+            )
+            outcome = await asyncio.to_thread(remapped, self.delivery.client, meta, send)
         except UnknownScheduleError:  # its keys went since the claim: ``stale``, as ``WorkerSession.fail``
             self.stats.stale += 1  # counts it; raised, it took the claim's readable leases, uncounted
             log.warning("schedule %s is gone from Redis; %s not failed", lease.schedule_id, lease.key)
@@ -185,7 +191,8 @@ class Claims:
         that raised (its reply lost to a timeout or outage, maybe after it leased) re-sends that
         id and gets those leases back instead of leaving them to lapse (``Delivery.claim``)."""
         call = self._unanswered.setdefault((sid, kind), uuid.uuid4().hex)
-        leases = await asyncio.to_thread(fn, *args, call_id=call, **kwargs)
+        send = partial(fn, *args, call_id=call, **kwargs)  # a failover just now: sent to the new master
+        leases = await asyncio.to_thread(remapped, self.delivery.client, self.delivery.keys(sid).meta, send)
         del self._unanswered[(sid, kind)]
         return leases
 

@@ -15,12 +15,16 @@ here; each lease's end goes to the ``Ledger``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import TrajectoryResult
+from service.delivery.remap import remapped
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import OutageRetry
@@ -28,6 +32,7 @@ from service.sidecar.resends import Resends
 from service.sidecar.session_settings import SessionSettings, SessionStats
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
+T = TypeVar("T")
 
 
 @dataclass
@@ -109,7 +114,8 @@ class LeaseReports:
         entries = [(key, token, result)]
         complete, worker = self.delivery.complete_many, self.settings.worker_id
         reports = OutageRetry(0.0) if once else self.reports
-        [outcome] = await reports.call("complete", complete, schedule_id, entries, None, worker)
+        send = partial(complete, schedule_id, entries, None, worker)
+        [outcome] = await reports.call("complete", self._remapped, schedule_id, send)
         if not (failure_sent and outcome is CompletionOutcome.STALE):
             await self.ledger.completion(outcome, schedule_id, key, token, held)
         return outcome
@@ -142,7 +148,8 @@ class LeaseReports:
         lease, result_sent = held.lease, keep_unanswered and held.unanswered is not None
         reports = OutageRetry(0.0) if once else self.reports
         try:
-            outcome = await reports.call("fail", self.delivery.fail, lease, reason)
+            send = partial(self.delivery.fail, lease, reason)
+            outcome = await reports.call("fail", self._remapped, lease.schedule_id, send)
             # counted as it is answered; a refusal first asks Redis whether the trainer cancelled, and
             # a cut there (a shutdown's bound) is a cut report: not forgotten, counted nowhere
             if not (result_sent and outcome is ReleaseOutcome.STALE):
@@ -169,6 +176,13 @@ class LeaseReports:
         ``failed`` and ``inherited`` (it ended here unclaimed); else refused as a completion is. It was
         refused unasked, and the takeover then handed the lease back refunded: the failure lost."""
         fail, worker = self.delivery.fail_key, self.settings.worker_id
-        outcome = await self.reports.call("fail", fail, schedule_id, worker, key, token, reason)
+        send = partial(fail, schedule_id, worker, key, token, reason)
+        outcome = await self.reports.call("fail", self._remapped, schedule_id, send)
         await self.ledger.failure(outcome, schedule_id, key, token, held=False)
         return outcome
+
+    def _remapped(self, schedule_id: str, send: Callable[[], T]) -> T:
+        """``send()``, a report on ``schedule_id``, sent once more to its slot's new master where its
+        master did not answer and has just been failed over (``remap.remapped``: the client's own read
+        of the map is paced to a second). Blocking: ``OutageRetry.call`` runs it on a thread."""
+        return remapped(self.delivery.client, self.delivery.keys(schedule_id).meta, send)
