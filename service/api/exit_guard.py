@@ -61,6 +61,10 @@ from collections.abc import Callable, Sequence
 
 EXIT_LOG = "the exit passed its bound after the stop: ending the process"
 SIGNALLED_LOG = "a third stop signal during the exit: ending the process"
+# What an act that raised is said to be, by the list it was in: an act run after the exit's waits
+# (``after_the_waits``: the embedded server's stop) is no part of a forced exit, and was logged as one.
+AFTER_THE_WAITS_FAILED = "an act after the exit's waits failed"
+LAST_ACT_FAILED = "a last act of the forced exit failed"
 # The status of an exit the guard forced: not 0, which says the stop ended in order, but the one a
 # sidecar whose loop died exits with (sysexits' EX_SOFTWARE): something hung, as a SIGKILL's 137 would say.
 FORCED_STATUS = 70
@@ -113,7 +117,7 @@ def _at_the_exits_end() -> None:
     the clock ends the process here though its guard has not woken: the status is the bound's, not
     the host's load's (review52a)."""
     global _exited
-    _run(_after_the_waits)
+    _run(_after_the_waits, AFTER_THE_WAITS_FAILED)
     with _lock:
         _exited = True
         passed = _deadline is not None and not _fired.is_set() and time.monotonic() >= _deadline
@@ -175,20 +179,24 @@ def _end(message: str, extra: dict[str, object]) -> None:
     )
     _log.warning(message, extra={**extra, "threads": waited, "status": FORCED_STATUS})
     _flush()
-    acts = threading.Thread(target=_run, args=(_last_acts,), name="exit-guard-last-acts", daemon=True)
+    acts = threading.Thread(
+        target=_run, args=(_last_acts, LAST_ACT_FAILED), name="exit-guard-last-acts", daemon=True
+    )
     acts.start()
     acts.join(LAST_ACTS_S)
     _flush()
     os._exit(FORCED_STATUS)
 
 
-def _run(acts: Sequence[Callable[[], None]]) -> None:
-    """Each of ``acts`` in turn; one that raises is logged and the next runs."""
+def _run(acts: Sequence[Callable[[], None]], failed: str) -> None:
+    """Each of ``acts`` in turn; one that raises is logged as ``failed`` says what it was (a last act,
+    an act after the waits: one message for both told an ordinary exit's failed stop as a forced
+    exit's), and the next runs."""
     for act in acts:
         try:
             act()
         except Exception:
-            _log.exception("a last act of the forced exit failed")
+            _log.exception(failed)
 
 
 def _flush() -> None:

@@ -108,3 +108,30 @@ def test_enabling_again_keeps_the_last_calls_acts(monkeypatch: pytest.MonkeyPatc
     exit_guard.enable([print])
     exit_guard.enable([print, print])
     assert exit_guard._last_acts == (print, print)
+
+
+def _failed_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.exc_info is not None]
+
+
+def _raises() -> None:
+    raise RuntimeError("the embedded server's stop failed")
+
+
+def test_a_failed_act_after_the_waits_is_told_as_that_not_as_a_forced_exits(
+    stand: Stand, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(exit_guard, "_after_the_waits", [_raises])
+    with caplog.at_level(logging.ERROR, logger="service.shutdown"):
+        exit_guard._at_the_exits_end()  # an ordinary exit: the guard never fired
+    assert _failed_lines(caplog) == [exit_guard.AFTER_THE_WAITS_FAILED]
+    assert stand.status == []
+
+
+def test_a_failed_last_act_is_told_as_the_forced_exits(
+    stand: Stand, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="service.shutdown"):
+        _ended_with(monkeypatch, [_raises])
+    assert _failed_lines(caplog) == [exit_guard.LAST_ACT_FAILED]
+    assert stand.status == [exit_guard.FORCED_STATUS]
