@@ -151,6 +151,8 @@ class _Held:
         signalled its pid, perhaps another process's by then, once the owner's end closed its pipe
         (review50c; ``Popen.kill`` reaped first)."""
         proc = self.proc
+        if proc is None and self.watch is not None:  # being started: its watcher, armed before the
+            return  # fork, ends it and removes its dir as this process's end closes its pipe (exit53)
         if proc is not None and not self.ended():
             os.kill(proc.pid, signal.SIGKILL)
         self.unwatch()
@@ -251,9 +253,12 @@ class EmbeddedServer:
         ]
         held = self._held
         try:
-            spawn(args, held)
+            # the watcher first: armed at the fork, no end of the owner leaves the server unwatched
+            held.watch = watch = Watch.before(held.tmp_dir)
+            assert watch.told is not None
+            spawn(watch.telling(args), held, pass_fds=(watch.told,))
             assert held.proc is not None
-            held.watch = Watch.start(held.proc.pid, held.tmp_dir)
+            watch.spawned(held.proc.pid)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start
             held.end_process()

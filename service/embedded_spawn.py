@@ -19,7 +19,7 @@ class Holder(Protocol):
     proc: subprocess.Popen[bytes] | None
 
 
-def spawn(args: list[str], held: Holder) -> None:
+def spawn(args: list[str], held: Holder, pass_fds: tuple[int, ...] = ()) -> None:
     """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
     ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
     while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
@@ -34,11 +34,14 @@ def spawn(args: list[str], held: Holder) -> None:
     raises the first such exception, and the caller ends the server ``held`` has. Where the exception
     left before that wait (in ``Thread.start``, which waits for the thread to run), the thread ends its
     server itself. It waits on an event, not ``Thread.join``: Python 3.11's join, interrupted so, marks
-    a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again."""
+    a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again.
+
+    ``pass_fds``: the descriptors the server's start inherits (its watcher's pipe for its pid, which
+    the caller started first: ``embedded_watch.Watch.before``)."""
     handoff = _Handoff(held)
     interrupted: BaseException | None = None
     try:
-        threading.Thread(target=handoff.start, args=(args,), name="embedded-spawn").start()
+        threading.Thread(target=handoff.start, args=(args, pass_fds), name="embedded-spawn").start()
         while not handoff.done.is_set():
             try:
                 handoff.done.wait()
@@ -65,11 +68,15 @@ class _Handoff:
         self._lock = threading.Lock()
         self._abandoned = False
 
-    def start(self, args: list[str]) -> None:
+    def start(self, args: list[str], pass_fds: tuple[int, ...]) -> None:
         """The thread: start the server and hand it to ``held``, or end it where the owner has left."""
         try:
             proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+                args,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+                start_new_session=True,
             )
         except BaseException as error:  # handed to the main thread: raised there
             self.failed.append(error)
@@ -80,7 +87,7 @@ class _Handoff:
             if kept:
                 self.held.proc = proc
         self.done.set()
-        if not kept:  # no watcher yet, and no group signal reaches it: nobody else would end it
+        if not kept:  # no group signal reaches it, and its owner, alive, holds its watcher armed
             proc.kill()
             proc.wait()
 

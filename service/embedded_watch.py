@@ -6,8 +6,20 @@ owner holds open. The kernel closes it when the owner dies, however it dies; the
 end-of-file and sends the server SIGTERM. A stop first writes one byte down the pipe, which disarms the
 watcher.
 
-The watcher holds a pidfd of the server where the kernel has them (Linux 5.3), opened by the owner
-while the server is its unreaped child, so the pidfd names that process and no later one with its pid.
+The watcher is started before its server (``Watch.before``), whose own start writes its pid down a
+second pipe before it ``exec``s the server (``TELL``): a watcher started after the fork, given the pid,
+left a window in which an owner SIGKILLed, or ended by ``os._exit`` (``serve``'s third stop signal),
+left the server running for good, in a session of its own that no group signal reaches (exit53).
+Armed first, the watcher reads the pid to that pipe's end once its owner is gone: the starting server
+is its last writer. PR_SET_PDEATHSIG would not have closed the window either: it fires as the thread
+that forked ends (``embedded_spawn``'s, at once), and is set only once the child runs its
+``preexec_fn``, after the fork.
+
+The watcher holds a pidfd of the server where the kernel has them (Linux 5.3), opened while the server
+is the owner's unreaped child (by the owner; by the watcher as it is told the pid, the owner alive),
+so the pidfd names that process and no later one with its pid. A pid told after the owner's death is
+opened at once, the server just started: reused only were it to end, be reaped by its new parent and
+its pid be handed out again, all in between.
 A signal through it never reaches another process, however long the watcher waits; and the watcher
 polls it, so a server that ends of itself (a crash) while its owner lives ends its watcher too, which
 then watches nothing. Without pidfds the watcher signals the pid, and only a disarm before each reap
@@ -35,26 +47,63 @@ from dataclasses import dataclass
 
 WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it exits in milliseconds)
 
-# The watcher: argv[1] is the server's pid, argv[2] a pidfd of it or -1, argv[3] its temporary dir or "";
-# stdin, a pipe only the owner writes. A byte read is the owner disarming it; end-of-file, the owner gone
-# without a stop; the pidfd readable, the server ended: nothing left to stop (and the owner, alive, keeps
-# the dir). SIGCONT wakes a server stopped by SIGSTOP (the outage tests) to take the SIGTERM; the dir is
-# removed once the pidfd says the server has ended, within a minute (one slower to end keeps it). Ctrl-C
-# and a closed terminal reach the whole process group, of which its owner may die: the watcher runs in
-# a session of its own, out of their reach, as its server does, and ignores both as well (a ``kill`` of
-# a group it was put in).
+# The watcher: argv[1] is the server's pid or -1, argv[2] a pidfd of it or -1, argv[3] its temporary dir
+# or "", argv[4] the read end of the pipe its pid is told down or -1 (``Watch.before``: started before
+# the server, its pid not yet known); stdin, a pipe only the owner writes. A byte read is the owner
+# disarming it; end-of-file, the owner gone without a stop; the pidfd readable, the server ended:
+# nothing left to stop (and the owner, alive, keeps the dir). A pid told is the server's, written by
+# its own start before its exec (``TELL``): told while the owner lives, the watcher opens its pidfd
+# then; the owner gone first, it reads the pid to the end of that pipe, whose last writer is the
+# starting server (none: no server was started). SIGCONT wakes a server stopped by SIGSTOP (the outage
+# tests) to take the SIGTERM; the dir is removed once the pidfd says the server has ended, within a
+# minute (one slower to end keeps it). Ctrl-C and a closed terminal reach the whole process group, of
+# which its owner may die: the watcher runs in a session of its own, out of their reach, as its server
+# does, and ignores both as well (a ``kill`` of a group it was put in).
 WATCHER = """
 import os, select, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-pid, pidfd, tmp_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+pid, pidfd, tmp_dir, told = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def told_pid():
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = os.read(told, 32)
+        if not chunk:
+            return -1
+        data += chunk
+    return int(data)
+def opened(pid):
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
 watched = select.poll()
 watched.register(0, select.POLLIN)
-if pidfd >= 0:
+if told >= 0:
+    watched.register(told, select.POLLIN)
+elif pidfd >= 0:
     watched.register(pidfd, select.POLLIN)
-ready = dict(watched.poll())
-if pidfd in ready or os.read(0, 1):
+while True:
+    ready = dict(watched.poll())
+    if 0 in ready:
+        break
+    if pidfd >= 0 and pidfd in ready:
+        sys.exit(0)
+    if told >= 0 and told in ready:
+        watched.unregister(told)
+        pid, told = told_pid(), -1
+        if pid < 0:
+            sys.exit(0)
+        pidfd = opened(pid)
+        if pidfd >= 0:
+            watched.register(pidfd, select.POLLIN)
+if os.read(0, 1):
     sys.exit(0)
+if told >= 0:
+    pid = told_pid()
+    if pid < 0:
+        sys.exit(0)
+    pidfd = opened(pid)
 for signum in (signal.SIGTERM, signal.SIGCONT):
     try:
         if pidfd >= 0:
@@ -69,6 +118,17 @@ if pidfd >= 0 and tmp_dir:
     if ended.poll(60_000):
         import shutil
         shutil.rmtree(tmp_dir, ignore_errors=True)
+"""
+
+# The server's start when its watcher runs first (``Watch.telling``): argv[1], the write end of the
+# watcher's pipe for its pid; argv[2:], the server's command. It writes its own pid there, closes it
+# and becomes the server (``execv``: the same pid, the owner's child still).
+TELL = """
+import os, sys
+told = int(sys.argv[1])
+os.write(told, b"%d\\n" % os.getpid())
+os.close(told)
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
@@ -86,23 +146,69 @@ class Watch:
 
     process: subprocess.Popen[bytes]
     fd: int | None  # the pipe's write end; None once disarmed
-    pid: int  # the server it watches, the owner's child: to be reaped only after ``disarm``
+    pid: int | None  # the server it watches, the owner's child: to be reaped only after ``disarm``
+    told: int | None = None  # the write end of the pipe the server's pid is told down (``before``)
 
     @classmethod
     def start(cls, pid: int, tmp_dir: str | None = None) -> Watch:
         """Start the watcher of server ``pid``, which must be this process's child, not yet reaped;
         ``tmp_dir``, the server's temporary data dir, for the watcher to remove if the owner dies.
+        A server started before its watcher is unwatched in between: the embedded server's own is
+        started after it (``before``)."""
+        pidfd = _pidfd(pid)
+        try:
+            return cls._launch(pid, pidfd, tmp_dir, None)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    @classmethod
+    def before(cls, tmp_dir: str | None = None) -> Watch:
+        """Start a watcher for a server not yet started, whose start (``telling``) tells it the
+        server's pid, then ``spawned``. Started after the fork, a watcher left a window: an owner
+        SIGKILLed, or ended by ``os._exit`` (a third stop signal: ``exit_guard.force``), between the
+        server's fork and its watcher's start left a server in a session of its own that nothing
+        ended (exit53). Started before, it is armed at the fork: the owner gone, it reads the pid to
+        the end of that pipe, whose last writer is the server's start, which writes it before its
+        ``exec`` whether or not its owner still lives."""
+        read_end, write_end = os.pipe()
+        try:
+            watch = cls._launch(None, None, tmp_dir, read_end)
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        watch.told = write_end
+        return watch
+
+    def telling(self, args: list[str]) -> list[str]:
+        """The command that starts the server of ``args`` and tells this watcher its pid first (``TELL``),
+        to be started with ``told`` in its ``pass_fds``."""
+        assert self.told is not None
+        return [sys.executable, "-I", "-S", "-c", TELL, str(self.told), *args]
+
+    def spawned(self, pid: int) -> None:
+        """The server ``pid`` has been started (its own start told the watcher its pid): close the pipe
+        that told it, so that only the server's start held it."""
+        self.pid = pid
+        self._close_told()
+
+    @classmethod
+    def _launch(cls, pid: int | None, pidfd: int | None, tmp_dir: str | None, told: int | None) -> Watch:
+        """The watcher's process, armed: ``pid`` and its ``pidfd`` if known, else ``told``, the read end
+        of the pipe its pid comes down.
 
         ``os.pipe`` and ``os.pidfd_open`` make close-on-exec descriptors: the server and any other
         child this process starts hold neither, so the owner's death is the only end-of-file the
-        watcher can read; the watcher gets the pidfd by ``pass_fds`` only.
+        watcher can read; the watcher gets the pidfd and ``told`` by ``pass_fds`` only.
 
         The watcher runs in a session of its own: Ctrl-C and a closed terminal signal the owner's
         whole process group, and a watcher still starting (its Python not yet at the lines that
         ignore them) died of them with its owner, leaving the server it was there to stop.
         """
         read_end, write_end = os.pipe()
-        pidfd = _pidfd(pid)
+        passed = tuple(fd for fd in (pidfd, told) if fd is not None)
         try:
             process = subprocess.Popen(
                 [
@@ -111,26 +217,33 @@ class Watch:
                     "-S",
                     "-c",
                     WATCHER,
-                    str(pid),
+                    str(-1 if pid is None else pid),
                     str(-1 if pidfd is None else pidfd),
                     tmp_dir or "",
+                    str(-1 if told is None else told),
                 ],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                pass_fds=() if pidfd is None else (pidfd,),
-                start_new_session=True,  # in no group a terminal signals: see below
+                pass_fds=passed,
+                start_new_session=True,  # in no group a terminal signals: see above
             )
         except BaseException:
             os.close(write_end)
             raise
         finally:
             os.close(read_end)
-            if pidfd is not None:
-                os.close(pidfd)
         watch = cls(process, write_end, pid)
         _ARMED.add(watch)
         return watch
+
+    def _close_told(self) -> None:
+        """Close this process's copy of the pipe that tells the pid, once the server's start holds its
+        own, or none will: the watcher reads its end, or no server, there."""
+        if self.told is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.told)
+            self.told = None
 
     def disarm(self) -> None:
         """Disarm the watcher and reap it: before the server is signalled or reaped by its owner, since
@@ -141,6 +254,7 @@ class Watch:
                 os.write(self.fd, b"x")
             os.close(self.fd)
             self.fd = None
+        self._close_told()
         _ARMED.discard(self)
         try:
             self.process.wait(timeout=WATCHER_EXIT_S)
@@ -156,6 +270,7 @@ class Watch:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = None
+        self._close_told()
 
 
 # The watches armed in this process: a forked child closes its copies of their pipes (``forget``).
