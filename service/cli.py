@@ -26,7 +26,10 @@ import threading
 # the root context's ``obj`` where ``main`` runs a command: the process ends with it
 OWNS_PROCESS = "owns-process"
 SECOND_SIGNAL_LOG = "second stop signal: the exit goes on within its bound; a third ends it now"
-_heard = 0  # the stop signals ``exit_cleanly`` has heard: the first exits, the third forces
+# The stop signals ``serve`` has heard, by ``exit_cleanly`` or by uvicorn's handler during its run (one
+# count, ``heard_while_serving``): the first exits, the third forces.
+_heard = 0
+_replaying = False  # uvicorn heard signals (counted then), which it raises again as its run ends
 
 
 def main() -> None:
@@ -67,10 +70,33 @@ def exit_cleanly(signum: int, frame: object) -> None:
     embedded server's stop, the exit guard's decision, and the process ended 0 where its bound would
     have said 70, an embedded server left running where a third cut its stop again (exit52)."""
     del frame
-    global _heard
+    global _heard, _replaying
+    if _replaying:  # uvicorn raising again what it heard, counted then: the exit starts here
+        _replaying = False  # the raise cuts uvicorn's loop of re-raises: no other comes
+        raise SystemExit(0)
     _heard += 1
     if _heard == 1:
         raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
+    _after_the_first(signum)
+
+
+def heard_while_serving(signum: int) -> None:
+    """uvicorn's handler heard ``signum`` during ``serve``'s run (its graceful stop is uvicorn's):
+    counted with ``exit_cleanly``'s, so that a third stop signal ends the process whichever handler
+    heard the others. Counted apart, the signals uvicorn heard were one to ``exit_cleanly`` (uvicorn
+    raises them again as its run ends, and the first one's exit cuts the rest): a Ctrl-C pressed three
+    times during uvicorn's wait for requests in flight forced nothing, nor did a fourth, and the exit
+    ran its waits to its bound where ``SECOND_SIGNAL_LOG`` had said a third ends it (exit53)."""
+    global _heard, _replaying
+    _heard += 1
+    _replaying = True
+    if _heard > 1:
+        _after_the_first(signum)
+
+
+def _after_the_first(signum: int) -> None:
+    """A stop signal after the first: the second is logged (``SECOND_SIGNAL_LOG``), the third and
+    later ones end the process (``exit_guard.force``)."""
     name = signal.Signals(signum).name
     if _heard == 2:
         import logging

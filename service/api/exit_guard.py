@@ -44,7 +44,8 @@ A third stop signal (exit52). ``serve``'s handler (``service.cli.exit_cleanly``)
 the first signal it hears and only logs the second; a second that raised again cut whatever the exit
 was waiting on (the join of a thread stuck on Redis, the embedded server's stop, this module's
 decision), and the process ended 0 before its bound, a server orphaned where a third cut its stop
-again. The third is the user's word that the exit may be cut: ``force`` ends the process now as a
+again. The third (counted with those uvicorn heard during its wait: ``service/serving.py``, exit53) is
+the user's word that the exit may be cut: ``force`` ends the process now as a
 passed bound does, its WARNING (``SIGNALLED_LOG``), its last acts, ``FORCED_STATUS``; a guard fired
 already, or an exit decided already, is left to end as it does.
 """

@@ -193,6 +193,7 @@ def run(settings: Settings) -> None:
     from service.cli import exit_cleanly
     from service.embedded import EmbeddedServerError, end_all_now
     from service.redis_conn import redis_for
+    from service.serving import STARTUP_FAILURE, CountingServer
     from service.settings import unknown_variables
 
     logs.configure(settings.log_level)
@@ -212,7 +213,7 @@ def run(settings: Settings) -> None:
     try:
         # an embedded server is stopped after the exit's waits for late work, which write to it
         with redis_for(settings, stop_at=exit_guard.after_the_waits) as ready:  # a Cluster: the app waits
-            uvicorn.run(
+            config = uvicorn.Config(
                 create_app(ready, answer_cuts=True),  # a request the graceful wait cut: 503, not 500
                 host=ready.host,
                 port=ready.port,
@@ -221,6 +222,10 @@ def run(settings: Settings) -> None:
                 workers=1,  # one process per replica: see _ignore_web_concurrency
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
+            server = CountingServer(config)
+            server.run()
+            if not server.started:  # as ``uvicorn.run`` ends a run that never served
+                raise SystemExit(STARTUP_FAILURE)
     except EmbeddedServerError as error:
         _fail(str(error))
 

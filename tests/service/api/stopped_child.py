@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +62,19 @@ def stopped_under_pause(proc: subprocess.Popen[str], client: redis.Redis, wait_s
     paused = client.info("clients")["paused_reason"] == "client_pause"
     assert proc.returncode == 0, logged
     return logged, paused
+
+
+def closed(url: str, wait_s: float) -> None:
+    """Until ``url``'s listener refuses a connection (uvicorn's shutdown has begun), within ``wait_s``."""
+    host, port = url.removeprefix("http://").split(":")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+        except ConnectionRefusedError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{url} still accepts connections")
 
 
 def began(marker: Path, proc: subprocess.Popen[str], wait_s: float) -> None:

@@ -11,34 +11,19 @@ SIGINT comes; its listener closed is the sign that the first was heard.
 from __future__ import annotations
 
 import signal
-import socket
-import time
 from pathlib import Path
 
 import pytest
 
 from service.embedded import EmbeddedServer
 from service.logs import FORCE_QUIT_LOG
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import began, closed, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
 from tests.service.api.stuck_post import post_stuck
 
 pytestmark = pytest.mark.slow
 STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host
-
-
-def _closed(url: str, wait_s: float) -> None:
-    """Until ``url``'s listener refuses a connection (uvicorn's shutdown has begun), within ``wait_s``."""
-    host, port = url.removeprefix("http://").split(":")
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, int(port)), timeout=1.0).close()
-        except ConnectionRefusedError:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{url} still accepts connections")
 
 
 def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_traceback(
@@ -50,7 +35,7 @@ def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_tracebac
         post_stuck(url, WAIT_S)
         began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGINT)
-        _closed(url, WAIT_S)
+        closed(url, WAIT_S)
         proc.send_signal(signal.SIGINT)
         _, logged = proc.communicate(timeout=WAIT_S)
     assert [line for line in logged.splitlines() if FORCE_QUIT_LOG in line and '"WARNING"' in line], logged

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from service.cli import SECOND_SIGNAL_LOG, exit_cleanly
 from service.embedded import EmbeddedServer
 from tests.service.api.guard_stand import stood_guard
 from tests.service.api.serve_embedded import serve_embedded
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import began, closed, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
 from tests.service.api.stuck_post import post_stuck
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
@@ -66,6 +67,37 @@ def test_a_second_signal_while_the_exit_joins_a_stuck_thread_keeps_the_guards_st
     assert "Traceback" not in logged
 
 
+def _said(proc: subprocess.Popen[str], message: str) -> None:
+    """Until ``proc``'s log says ``message``; fails if it ends first."""
+    assert proc.stderr is not None
+    heard = ""
+    while message not in heard:
+        heard = proc.stderr.readline()
+        assert heard, f"serve ended without saying {message!r}"
+
+
+@pytest.mark.slow
+def test_three_signals_during_uvicorns_wait_end_the_process_at_the_third(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """uvicorn's handler hears the stop signals while it waits for the request in flight (stuck for
+    good): the third ends the process then, as ``exit_cleanly``'s third does, not the guard's bound
+    after the graceful wait. Counted apart, uvicorn's three were one (exit53)."""
+    started, joining = tmp_path / "started", tmp_path / "joining"
+    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
+    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
+        post_stuck(url, WAIT_S)
+        began(started, proc, WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        closed(url, WAIT_S)  # uvicorn heard the first: its wait for the stuck request is under way
+        proc.send_signal(signal.SIGTERM)
+        _said(proc, SECOND_SIGNAL_LOG)  # heard apart from the third, not merged with it while pending
+        proc.send_signal(signal.SIGTERM)
+        _, logged = proc.communicate(timeout=WAIT_S)
+    assert (proc.returncode, len(_lines(logged, SIGNALLED_LOG))) == (FORCED_STATUS, 1), logged
+    assert _lines(logged, EXIT_LOG) == [], logged  # the third's end, not the guard's
+
+
 def _sigterm_pending(pid: int) -> bool:
     """Whether a SIGTERM waits on stopped process ``pid`` (the embedded server's stop has sent it)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -86,11 +118,7 @@ def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_wi
         while not _sigterm_pending(server):  # the exit is in the embedded server's stop
             assert proc.poll() is None, "serve ended before it stopped its server"
         proc.send_signal(signal.SIGTERM)
-        assert proc.stderr is not None
-        heard = ""
-        while SECOND_SIGNAL_LOG not in heard:
-            heard = proc.stderr.readline()
-            assert heard, "serve ended without saying it heard the second signal"
+        _said(proc, SECOND_SIGNAL_LOG)
         proc.send_signal(signal.SIGINT)
         _, logged = proc.communicate(timeout=WAIT_S)
         assert (proc.returncode, len(_lines(logged, SIGNALLED_LOG))) == (FORCED_STATUS, 1), logged
@@ -132,3 +160,22 @@ def test_a_forcing_signal_leaves_an_exit_whose_status_is_decided_as_it_ends(
         monkeypatch.setattr(exit_guard, "_exited", True)
     exit_guard.force("SIGTERM")
     assert stood.status == []
+
+
+def test_signals_uvicorn_heard_count_toward_the_third_and_its_replay_is_not_counted_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvicorn heard two (the second logged); it raises the first again as its run ends, which starts
+    the exit and is no new signal; the next one is the third, and forces."""
+    stood = stood_guard(monkeypatch)
+    monkeypatch.setattr(exit_guard, "_last_acts", ())
+    monkeypatch.setattr(cli, "_heard", 0)
+    monkeypatch.setattr(cli, "_replaying", False)
+    cli.heard_while_serving(signal.SIGINT)
+    cli.heard_while_serving(signal.SIGINT)
+    assert (stood.status, len(_lines(caplog.text, SECOND_SIGNAL_LOG))) == ([], 1)
+    with pytest.raises(SystemExit) as replayed:
+        exit_cleanly(signal.SIGINT, None)  # uvicorn's re-raise: the exit starts
+    assert (replayed.value.code, stood.status) == (0, [])
+    exit_cleanly(signal.SIGINT, None)
+    assert (stood.status, _lines(caplog.text, SIGNALLED_LOG) != []) == ([FORCED_STATUS], True)
