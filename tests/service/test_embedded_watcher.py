@@ -130,6 +130,7 @@ def disarms(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     disarm = Watch.disarm
 
     def recorded(watch: Watch) -> None:
+        assert watch.pid is not None  # each disarm here follows its server's start
         seen.append((watch.pid, unreaped(watch.pid)))
         disarm(watch)
 
