@@ -40,7 +40,9 @@ class _FoldingAfterTheSnapshot:
     def __enter__(self) -> bool:
         return self.acquire()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 
