@@ -85,12 +85,14 @@ def test_a_guard_not_enabled_is_not_armed(monkeypatch: pytest.MonkeyPatch) -> No
     assert exit_guard.arm(0.0) is None
 
 
-def _exit_ends_after(stand: Stand, elapsed_s: float) -> threading.Thread:
-    """Arm the guard, let ``elapsed_s`` pass on its clock, then end the exit's last wait, while the
-    guard's thread, its sleep over, is kept from its decision (its lock held): a loaded host's
-    scheduler that wakes it late. The guard's thread, let go once the exit has decided."""
+def _exit_ends_after(
+    stand: Stand, elapsed_s: float, bound_s: float = exit_guard.MIN_BOUND_S
+) -> threading.Thread:
+    """Arm the guard (at ``bound_s``), let ``elapsed_s`` pass on its clock, then end the exit's last
+    wait, while the guard's thread, its sleep over, is kept from its decision (its lock held): a
+    loaded host's scheduler that wakes it late. The guard's thread, let go once the exit has decided."""
     with exit_guard._lock:
-        guard = exit_guard.arm(exit_guard.MIN_BOUND_S)
+        guard = exit_guard.arm(bound_s)
         assert guard is not None
         stand.now += elapsed_s
         exit_guard._at_the_exits_end()
@@ -114,5 +116,16 @@ def test_an_exit_ending_within_its_bound_ends_nothing_however_late_its_guard_wak
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="service.shutdown"):
         _exit_ends_after(stand, exit_guard.MIN_BOUND_S * 0.99)
+    assert exit_guard.EXIT_LOG not in [r.getMessage() for r in caplog.records]
+    assert stand.status == []
+
+
+def test_an_exit_ending_past_a_bound_under_the_floor_but_within_the_floor_ends_nothing(
+    stand: Stand, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The floor holds for the exit's own clock as for the guard's sleep: a 1 s bound is the floor's
+    5 s, so an exit whose last wait ends 2 s after the stop ended within its bound, and is 0."""
+    with caplog.at_level(logging.WARNING, logger="service.shutdown"):
+        _exit_ends_after(stand, 2.0, bound_s=1.0)
     assert exit_guard.EXIT_LOG not in [r.getMessage() for r in caplog.records]
     assert stand.status == []
