@@ -191,3 +191,65 @@ def test_a_stop_while_the_servers_thread_is_being_started_ends_the_server(tmp_pa
                 os.kill(pid, signal.SIGKILL)
     finally:
         _gone(owner)
+
+
+# An owner whose stop lands in ``Thread.start`` of the spawn's thread while that thread's ``Popen`` has
+# not returned yet (the server forked, its pid written): ``Popen`` returns only once the owner has
+# said it waits no more (``_Handoff.abandon``, which the script wraps to tell it), so the server comes
+# to the thread after the owner left, with nobody holding it. Its stop says whether the wait in
+# ``start`` was under way.
+STOPPED_IN_THREAD_START_BEFORE_POPEN_RETURNS = f"""
+import signal, subprocess, sys, threading, time
+from pathlib import Path
+from service import embedded_spawn
+from service.embedded import EmbeddedServer
+left = threading.Event()
+abandon = embedded_spawn._Handoff.abandon
+def told(self):
+    abandon(self)
+    left.set()
+embedded_spawn._Handoff.abandon = told
+class ReturnsOnceLeft(subprocess.Popen):
+    def __init__(self, args, **kwargs):
+        super().__init__(args, **kwargs)
+        if "--dir" in args:
+            print(self.pid, flush=True)
+            left.wait({WINDOW_S})
+subprocess.Popen = ReturnsOnceLeft
+starting = []
+start = threading.Thread.start
+def slow_start(self):
+    if self.name == "embedded-spawn":
+        starting.append(True)
+    start(self)
+    if self.name == "embedded-spawn":
+        time.sleep({WINDOW_S})
+        starting.clear()
+threading.Thread.start = slow_start
+def stop(signum, frame):
+    print("starting" if starting else "started", flush=True)
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+EmbeddedServer(data_dir=Path(sys.argv[1])).start()
+"""
+
+
+def test_a_server_started_after_its_owner_left_the_start_is_ended_by_the_spawns_thread(
+    tmp_path: Path,
+) -> None:
+    """The stop's exception left ``spawn`` from ``Thread.start``, before its wait, and the server's
+    ``Popen`` returned only after: the owner holds nothing to end, so the spawn's thread ends it."""
+    owner, started = _owner(STOPPED_IN_THREAD_START_BEFORE_POPEN_RETURNS, str(tmp_path))
+    try:
+        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
+        pid = int(started[0])
+        try:
+            os.killpg(owner.pid, signal.SIGTERM)
+            out, err = _ended(owner)
+            assert (owner.returncode, out.split()) == (0, ["starting"]), err[-2000:]
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
+        finally:
+            if command_name(pid) in SERVERS:  # ours, left running: end it
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        _gone(owner)
