@@ -88,6 +88,22 @@ def test_a_kinds_capacity_at_fixed_lengths_is_the_formula_as_it_was_at_every_mak
         assert np.array_equal(lim.serves_grid(steps, column, rate), grid_before)
 
 
+@settings(max_examples=300, deadline=None)
+@given(lim=limits, steps=lengths, makespans=st.lists(st.floats(1e-3, 2e3), min_size=1, max_size=6))
+def test_a_kinds_capacity_at_many_makespans_at_once_is_its_capacity_at_each(
+    lim: KindLimits, steps: FloatArray, makespans: list[float]
+) -> None:
+    """``serves_grid``'s row for a makespan is ``serves`` at that makespan, to the last bit: the grid
+    finds U and A's crossing for the whole column at once (``_crossings``), past the cache's fill too."""
+    at = AtLengths(lim, steps)
+    column = np.array(makespans)
+    assert np.array_equal(lim._crossings(column), [lim.crossing(t) for t in makespans])
+    for rate in (0.0, 0.5 * lim.prefill_s / lim.per_token_s, lim.prefill_s / lim.per_token_s):
+        grid = at.serves_grid(column, rate)
+        for row, t in zip(grid, makespans, strict=True):
+            assert np.array_equal(row, at.serves(t, rate))
+
+
 def _rows_case(spread: float, seed: int) -> tuple[_FluidRows, FloatArray, FloatArray, float]:
     """A bench batch's fluid rows (speed groups where ``spread``), its demand, prompts and exchange."""
     request = with_speed_spread(bench_request(256, 8, seed), spread, seed)
