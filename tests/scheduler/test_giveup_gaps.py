@@ -11,6 +11,7 @@ deadline inside a pass, and the rest of the pass must not run.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
@@ -117,6 +118,28 @@ def test_the_bound_gives_up_between_its_first_passes_before_limit_a(
     with pytest.raises(DeadlinePassedError) as raised, giveup.giving_up_at(DEADLINE), giveup.stage("bound"):
         lowerbound.lower_bound(request.trajectories, request.inventory)
     assert (raised.value.stage, longest) == ("bound", [])
+
+
+class _Passes(list[Any]):
+    """The batch's trajectories, counting the passes made over them."""
+
+    passes = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.passes += 1
+        return super().__iter__()
+
+
+def test_the_bounds_columns_give_up_after_the_pass_the_deadline_passed_in_not_after_the_next(
+    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
+) -> None:
+    """The deadline passes as the planned steps are read (the second pass over the batch): the read
+    gives up there, and the third (the generation caps) is not made."""
+    wall.jump_in(monkeypatch, batch_columns, "planned_steps_array")
+    batch = _Passes(_request().trajectories)
+    with pytest.raises(DeadlinePassedError), giveup.giving_up_at(DEADLINE), giveup.stage("bound"):
+        batch_columns.from_trajectories(batch)
+    assert batch.passes == 2
 
 
 def test_the_planners_bound_reads_the_problems_columns_and_makes_no_pass_of_its_own(
