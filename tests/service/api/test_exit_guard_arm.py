@@ -129,3 +129,20 @@ def test_an_exit_ending_past_a_bound_under_the_floor_but_within_the_floor_ends_n
         _exit_ends_after(stand, 2.0, bound_s=1.0)
     assert exit_guard.EXIT_LOG not in [r.getMessage() for r in caplog.records]
     assert stand.status == []
+
+
+def test_an_exit_ending_after_its_guard_fired_leaves_the_end_to_the_guard(
+    stand: Stand, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard woke at its bound and ended the process (here its ``os._exit`` returns); an exit's
+    last wait ending after that, past the bound, ends it too, but says nothing more and runs no last
+    act again: the guard's WARNING is the forced exit's one line."""
+    acts: list[int] = []
+    monkeypatch.setattr(exit_guard, "_last_acts", (lambda: acts.append(1),))
+    with caplog.at_level(logging.WARNING, logger="service.shutdown"):
+        _armed(exit_guard.MIN_BOUND_S)
+        stand.now += exit_guard.MIN_BOUND_S * 2
+        exit_guard._at_the_exits_end()
+    assert [r.getMessage() for r in caplog.records].count(exit_guard.EXIT_LOG) == 1
+    assert acts == [1]
+    assert stand.status == [exit_guard.FORCED_STATUS, exit_guard.FORCED_STATUS]
