@@ -24,7 +24,7 @@ def test_a_muted_loggers_lines_are_dropped_within_the_abandoned_retrains_context
     logger = logging.getLogger(name)
     abandoned = threading.Event()
     with caplog.at_level(logging.INFO, logger=name):
-        with muted_once(abandoned.is_set):
+        with muted_once(threading.RLock(), abandoned.is_set):
             logger.info("before the stop")
             abandoned.set()
             logger.info("after the stop")
@@ -38,7 +38,7 @@ def test_a_muted_loggers_lines_are_dropped_within_the_abandoned_retrains_context
 def test_a_context_left_by_an_error_mutes_nothing_after_it(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger(MUTED_LOGGERS[0])
     with caplog.at_level(logging.INFO, logger=MUTED_LOGGERS[0]):
-        with pytest.raises(RuntimeError), muted_once(lambda: True):
+        with pytest.raises(RuntimeError), muted_once(threading.RLock(), lambda: True):
             raise RuntimeError("the retrain failed")
         logger.info("the next line")
     assert _said(caplog) == ["the next line"]
