@@ -48,6 +48,17 @@ def test_a_bound_descheduled_in_its_set_up_until_past_both_deadlines_builds_no_f
     assert bound.tail_s == bound.value_s == _proven_before_the_tail(bound)
 
 
+def test_a_bound_descheduled_in_building_its_fluid_rows_until_past_both_deadlines_starts_no_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    searches = count_calls(monkeypatch, tailbound._FluidRows, "gap")
+    fake = slow_stage(monkeypatch, tailbound, "_FluidRows", 1.0)  # (the class's gap counted above)
+    bound = lower_bound(REQUEST.trajectories, REQUEST.inventory, deadline=0.5, fluid_deadline=0.8)
+    assert fake.seconds > 0.8  # the limits built in time, past both once the rows were
+    assert searches == []  # each would have summed its demand for probes all refused
+    assert bound.tail_s == bound.value_s == _proven_before_the_tail(bound)
+
+
 def test_searches_whose_probes_are_all_refused_build_no_cover(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
