@@ -81,7 +81,8 @@ def lower_bound(
     With ``prefix_affinity`` a group's samples share one worker, so (a) also covers the heaviest group
     alone on its fastest allowed worker, and (d) covers whole groups. Expects a validated batch (see
     ``scheduler.validation``). ``columns``: the batch's (``scheduler.batch_columns``) where the caller
-    holds them (the planner's problem), else they are read from ``trajectories``.
+    holds them (the planner's, built beside its problem: ``problem_and_bound_columns``), else they
+    are read from ``trajectories``.
     """
     workers = [w for w in inventory.workers if w.worker_id not in excluded]
     costs = [worker_cost(w, inventory.model) for w in workers]
