@@ -138,7 +138,14 @@ def test_a_claim_in_flight_when_the_engine_stalls_takes_nothing_back_and_each_it
     delivery.stalled = lambda: not sidecar.engine_up
     stats = run_until(
         sidecar,
-        lambda: delivery.held_one.is_set() and delivery.progress("late").queued == 4,
+        # counted too, as above: Redis shows them queued while the hand-back's release still returns
+        # through its thread, and a stop then cut the hand-back, counting the four ``lost`` (4, 0, 0
+        # below; twice in 40 runs at -n 4 beside a CPU burner, every run with that return held 0.5 s)
+        lambda: (
+            delivery.held_one.is_set()
+            and delivery.progress("late").queued == 4
+            and sidecar.session.stats.released == 4
+        ),
         timeout_s=10,
     )
     assert delivery.progress("late").queued == 4
