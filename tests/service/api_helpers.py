@@ -72,16 +72,16 @@ def bearer(token: str) -> dict[str, str]:
 
 
 class LiveServer:
-    """A real uvicorn server on a free loopback port in a thread (for socket-level and client tests)."""
+    """A real uvicorn server on a loopback port in a thread (for socket-level and client tests): the
+    kernel's pick, read from its socket once it listens (``tests.service.bound_port``), unless
+    ``port`` is given (a restart on the same port)."""
 
     def __init__(self, settings: Settings, port: int | None = None) -> None:
         import threading
 
         import uvicorn
 
-        from service.ports import free_port
-
-        self.port = port or free_port()
+        self.port = port or 0  # 0 until it listens, then the port it bound
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )
@@ -101,6 +101,7 @@ class LiveServer:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
+        self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.ports import free_port
+from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 
 
@@ -19,8 +19,8 @@ def serve_embedded(tmp_path: Path, timeout_s: float, wait_s: float) -> tuple[sub
     stderr a pipe, and its base URL."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(tmp_path))
-    port = free_port()
-    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = child_port(proc, wait_s)  # the kernel's pick, which no one can take first (bound_port.py)
     until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, wait_s)
     return proc, f"http://127.0.0.1:{port}"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import redis
 
-from service.ports import free_port
+from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,17 +35,16 @@ def serving(
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``python -m module serve`` on ``redis_url`` with the command timeout ``timeout_s`` and ``env``
     added, once its ``/readyz`` answers 200 (within ``wait_s``): the process and its base URL."""
-    port = free_port()
     child_env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     child_env.update(
         ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(model_dir), PYTHONPATH=str(ROOT), **env
     )
-    command = [sys.executable, "-m", module, "serve", "--redis-url", redis_url, "--port", str(port)]
+    command = [sys.executable, "-m", module, "serve", "--redis-url", redis_url, "--port", "0"]
     proc = subprocess.Popen(
         command, cwd=ROOT, env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{child_port(proc, wait_s)}"  # the kernel's pick (bound_port.py)
         until_status(f"{url}/readyz", 200, proc, wait_s)
         yield proc, url
     finally:

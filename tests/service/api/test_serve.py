@@ -18,8 +18,8 @@ from pydantic import SecretStr, ValidationError
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
-from service.ports import free_port
 from service.settings import Settings, unknown_variables
+from tests.service.bound_port import child_port
 from tests.service.polling import GONE_WITHIN_S, gone_within
 
 PREFIX_RULE = "must be 1-64 of A-Z a-z 0-9 _ . : -"  # the key-prefix rule, as serve states it
@@ -50,16 +50,22 @@ def _name(pid: int) -> str:
 def _serve_until_it_answers(
     path: str, preexec_fn: Callable[[], None] | None = None, **env_vars: str
 ) -> subprocess.Popen[bytes]:
-    """``serve`` on a free port with the embedded server (no ``REDIS_URL`` nor other ``ROLLOUT_*``
-    variable of this environment) and ``env_vars``, once ``path`` answers 200 (within 60 s)."""
-    port = free_port()
+    """``serve`` on a port the kernel picks (``bound_port.py``) with the embedded server (no
+    ``REDIS_URL`` nor other ``ROLLOUT_*`` variable of this environment) and ``env_vars``, once ``path``
+    answers 200 (within 60 s)."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(env_vars)
-    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=preexec_fn
     )
     deadline = time.monotonic() + 60
+    try:
+        port = child_port(proc, 60)
+    except AssertionError:
+        if proc.poll() is None:
+            proc.kill()
+        raise
     while True:
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read().decode() if proc.stderr else "serve exited")

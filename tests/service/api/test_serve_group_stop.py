@@ -24,10 +24,10 @@ import httpx
 import pytest
 
 from service.commands.serve import GRACEFUL_SHUTDOWN_S
-from service.ports import free_port
 from tests.service.api.slow_plan import STARTED
 from tests.service.api.stopped_child import ROOT, began
 from tests.service.api_helpers import batch_body
+from tests.service.bound_port import child_port
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within, until_status
 from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
@@ -49,10 +49,9 @@ def test_a_stop_of_serves_whole_group_keeps_its_embedded_server_answering_to_the
 ) -> None:
     """``serve`` runs in a process group of its own, as a terminal's job; a step whose plan runs
     ``BUDGET_MS`` is posted, and once the plan runs, ``signum`` goes to the whole group."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT), **{STARTED: str(tmp_path / "began")})
-    command = [sys.executable, "-m", SLOW_SERVE, "serve", "--port", str(port)]
+    command = [sys.executable, "-m", SLOW_SERVE, "serve", "--port", "0"]
     proc = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -64,7 +63,7 @@ def test_a_stop_of_serves_whole_group_keeps_its_embedded_server_answering_to_the
     )
     server, data_dir = 0, Path()
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{child_port(proc, WAIT_S)}"  # the kernel's pick (bound_port.py)
         until_status(f"{url}/readyz", 200, proc, WAIT_S)
         server, data_dir = embedded_server_of(proc.pid)
         answers: list[tuple[float, int | str]] = []

@@ -21,8 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from service.ports import free_port
-
 ROOT = Path(__file__).resolve().parents[3]
 # ``rollout-scheduler`` as the console script runs it, held still at the app's import
 CHILD = """
@@ -49,7 +47,7 @@ def test_serve_stopped_while_it_imports_the_app_exits_0_leaving_nothing(
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "serve", "--port", str(free_port())],
+        [sys.executable, "-c", CHILD, "serve", "--port", "0"],  # never bound: stopped first
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -24,6 +24,7 @@ from service.ports import free_port
 from service.settings import Settings
 from tests.cluster import one_node_cluster
 from tests.service.api_helpers import batch_body
+from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 
 
@@ -31,14 +32,15 @@ from tests.service.polling import until_status
 def test_serve_answers_liveness_while_its_cluster_is_down_and_turns_ready_once_it_answers(
     tmp_path: Path,
 ) -> None:
-    redis_port, port = free_port(), free_port()
+    redis_port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env |= {"ROLLOUT_MODEL_DIR": str(tmp_path), "ROLLOUT_REDIS_TIMEOUT_S": "0.2"}
-    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", str(port)]
+    command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
     command += ["--redis-url", f"redis://127.0.0.1:{redis_port}/0", "--redis-cluster"]
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     node = None
     try:
+        port = child_port(proc, 30)  # the kernel's pick, which no one can take first (bound_port.py)
         until_status(f"http://127.0.0.1:{port}/healthz", 200, proc, timeout_s=30)  # no cluster at all yet
         waiting = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0)
         assert waiting.status_code == 503
