@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from service.embedded import EmbeddedServer
 from service.ports import share_range
-from tests.scope_costs import load_costs, longest_first, scope_of
+from tests.scope_costs import loadscope_longest_first
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
 # in tests/cluster.py, a plugin named here so tests/deploy and tests/service/api both find them.
@@ -54,24 +53,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """
     if config.getvalue("dist") != "loadscope":
         return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SolverApart(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
-        workqueue: OrderedDict[str, dict[str, bool]]  # xdist's: scope -> {node id: done}
-        ordered = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            return scope_of(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the first unit handed out: the queue is whole, built in xdist's order
-                counts = {scope: len(unit) for scope, unit in self.workqueue.items()}
-                order = longest_first(counts, load_costs())
-                self.workqueue = OrderedDict((scope, self.workqueue[scope]) for scope in order)
-                self.ordered = True
-            super()._assign_work_unit(node)
-
-    return SolverApart(config, log)
+    return loadscope_longest_first(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,9 @@ The costs are a table measured from a run's JUnit XML (``scope_costs.json`` besi
 regenerate it after a change that moves a scope's time much:
 ``pytest -n 4 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``.
 A scope the table lacks (a new module) is estimated at the table's mean seconds per test times its
-test count; a stale table costs only order, never a test.
+test count; a stale table costs only order, never a test. The scheduler ``conftest.py`` installs
+(``loadscope_longest_first``) orders the queue before each unit it hands out, so a scope put back by a
+worker that died goes out at its cost too, and ``--no-loadscope-reorder`` keeps the collection's order.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COSTS_FILE = Path(__file__).with_name("scope_costs.json")
@@ -54,6 +58,41 @@ def longest_first(tests_per_scope: Mapping[str, int], costs: Mapping[str, tuple[
         return listed[0] if listed is not None else per_test * tests_per_scope[scope]
 
     return sorted(tests_per_scope, key=cost, reverse=True)
+
+
+def longest_first_queue(
+    workqueue: Mapping[str, dict[str, bool]], costs: Mapping[str, tuple[float, int]]
+) -> OrderedDict[str, dict[str, bool]]:
+    """xdist's loadscope queue (scope -> {node id: done}) reordered ``longest_first``, an unlisted scope
+    at its tests still to run. Asked before each unit goes out, not once: a worker that dies has its
+    unfinished scopes put back at the queue's end (``LoadScopeScheduling.remove_node``), where the
+    longest of them, the planner's, would go out last and the run end on it."""
+    pending = {scope: sum(not done for done in unit.values()) for scope, unit in workqueue.items()}
+    return OrderedDict((scope, workqueue[scope]) for scope in longest_first(pending, costs))
+
+
+def loadscope_longest_first(config: Any, log: Any = None) -> Any:
+    """xdist's loadscope scheduler with tests/scheduler as one scope (``scope_of``), handing out the
+    queue ``longest_first_queue`` unless ``--no-loadscope-reorder`` (xdist 3.8) asks for the
+    collection's order. It overrides two private members of ``LoadScopeScheduling`` (``_split_scope``,
+    ``_assign_work_unit``) and reads its ``workqueue``: tests/test_scope_costs.py drives it through
+    xdist's own code, so an xdist that renames them fails there, not by silently losing the order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongestFirst(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        workqueue: OrderedDict[str, dict[str, bool]]  # xdist's: scope -> {node id: done}
+        costs = load_costs()
+        reorder = getattr(config.option, "loadscopereorder", True)  # the option is xdist 3.8's
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if self.reorder:  # each time: a dead worker's scopes come back at the queue's end
+                self.workqueue = longest_first_queue(self.workqueue, self.costs)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
 def _nodeid(classname: str, name: str) -> str:

@@ -1,11 +1,23 @@
 """The suite's scope cost table stays honest: it names only scopes that exist, orders the queue
-longest first (an unlisted scope estimated by its test count), and is what a JUnit XML report sums to."""
+longest first (an unlisted scope estimated by its test count), and is what a JUnit XML report sums to.
+The scheduler built on it is driven through pytest-xdist's own ``LoadScopeScheduling`` (its private
+members are what it overrides), with stand-ins for the worker processes xdist would start."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from tests.scope_costs import ROOT, SOLVER_SCOPE, costs_from_junit, load_costs, longest_first, scope_of
+from tests.scope_costs import (
+    ROOT,
+    SOLVER_SCOPE,
+    costs_from_junit,
+    load_costs,
+    loadscope_longest_first,
+    longest_first,
+    scope_of,
+)
 
 
 def test_every_scope_the_table_lists_is_a_test_module_or_the_planners_folder() -> None:
@@ -44,3 +56,81 @@ def test_a_junit_report_sums_each_scopes_cases_with_the_planners_as_one(tmp_path
         SOLVER_SCOPE: (3.8, 2),
         "tests/test_module_size.py": (0.8, 2),
     }
+
+
+class _Config:
+    """What the scheduler reads of pytest's config: two local workers, xdist 3.8's reorder option."""
+
+    def __init__(self, reorder: bool) -> None:
+        self.option = SimpleNamespace(loadscopereorder=reorder)
+
+    def getvalue(self, name: str) -> list[str]:
+        assert name == "tx"
+        return ["2*popen"]
+
+
+class _Worker:
+    """A worker as the scheduler sees one: the test indexes it was sent, whether it was told to stop."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+PLANNER = [f"{SOLVER_SCOPE}test_p.py::test_{i}" for i in range(4)]
+COLLECTION = [
+    *(f"tests/c.py::test_{i}" for i in range(3)),
+    *PLANNER,
+    "tests/b.py::t",
+    "tests/d.py::t",
+    "tests/e.py::t",
+]
+COSTS = {
+    SOLVER_SCOPE: (100.0, 4),
+    "tests/b.py": (10.0, 1),
+    "tests/c.py": (5.0, 3),
+    "tests/d.py": (1.0, 1),
+    "tests/e.py": (2.0, 1),
+}
+
+
+def _scheduled(reorder: bool) -> tuple[Any, _Worker, _Worker]:
+    """Two workers that collected ``COLLECTION``, their first units sent."""
+    scheduler = loadscope_longest_first(_Config(reorder))
+    scheduler.costs = COSTS
+    first, second = _Worker("gw0"), _Worker("gw1")
+    for worker in (first, second):
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, COLLECTION)
+    scheduler.schedule()
+    return scheduler, first, second
+
+
+def _ids(indexes: list[int]) -> list[str]:
+    return [COLLECTION[i] for i in indexes]
+
+
+def test_the_longest_scopes_go_out_first_and_a_dead_workers_scope_goes_back_to_its_place() -> None:
+    """A worker that dies has its scope put back at the queue's end by xdist; the planner's, the
+    longest, then went out after every short one, the run ending on it (review53c)."""
+    scheduler, first, second = _scheduled(reorder=True)
+    assert _ids(first.sent) == PLANNER
+    assert _ids(second.sent) == ["tests/b.py::t", *(f"tests/c.py::test_{i}" for i in range(3))]
+    scheduler.mark_test_complete(first, COLLECTION.index(PLANNER[0]))
+    scheduler.remove_node(first)  # died: its three planner tests left are queued again
+    for index in second.sent[:2]:
+        scheduler.mark_test_complete(second, index)  # down to two pending: it takes the next unit
+    assert _ids(second.sent[4:]) == PLANNER[1:]
+
+
+def test_no_loadscope_reorder_keeps_the_collections_order() -> None:
+    _, first, second = _scheduled(reorder=False)
+    assert _ids(first.sent) == [f"tests/c.py::test_{i}" for i in range(3)]
+    assert _ids(second.sent) == PLANNER
