@@ -12,6 +12,10 @@ check says it was abandoned, and lets nothing through after it. The check and th
 step, as ``_say``'s are: a record that passed a check made before the abandonment, and reached the
 handlers after the stop's line (by the time a handler took, or its lock), still followed that line
 (learn53). The follower's and the requests' lines, in contexts of their own, pass untouched.
+Handing the record on, the filter does what the logger would past it: its filters added later (which
+the logger no longer consults once this one returned False: review53c), then its handlers. A handler
+that blocks (a full stderr pipe) holds the lock as it held ``_say``'s lines, and the stop with it: the
+stop's own line would wait on that handler's lock all the same.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ def muted_once(said: AbstractContextManager[object], abandoned: Callable[[], boo
 
 
 class _Muted(logging.Filter):
-    """Outputs a record logged in a retrain's context itself, unless the retrain was abandoned."""
+    """Outputs a record logged in a retrain's context itself, unless the retrain was abandoned.
+
+    ``Logger.handle`` has checked ``disabled`` before its filters, and the level was checked before
+    the record was made; what it would do past this filter is the logger's later filters, then
+    ``callHandlers`` (propagation, each handler's level and filters): this does both."""
 
     def __init__(self, logger: logging.Logger) -> None:
         super().__init__()
@@ -51,9 +59,18 @@ class _Muted(logging.Filter):
             return True  # not a retrain's: the logger outputs it as usual
         said, abandoned = gate
         with said:
-            if not abandoned():
-                self._logger.callHandlers(record)  # what the logger does with a record it keeps
+            kept = not abandoned() and self._later_filters().filter(record)
+            if kept:  # a filter may hand back another record, from Python 3.12, as ``Logger.handle`` takes
+                self._logger.callHandlers(kept if isinstance(kept, logging.LogRecord) else record)
         return False  # output above, or dropped
+
+    def _later_filters(self) -> logging.Filterer:
+        """The logger's filters after this one (one added since, by a logging config or a test):
+        returning False here, the logger would not consult them."""
+        later = logging.Filterer()
+        filters = self._logger.filters
+        later.filters = filters[filters.index(self) + 1 :]
+        return later
 
 
 for _name in MUTED_LOGGERS:
