@@ -35,10 +35,17 @@ for its next pause, up to 2 s (cluster53: the first one 0.46-0.82 s after the fa
 read so). Such a call asks another master only where no ask for that master on its client was made in
 the last ``RECENT_S`` (the reports in flight during an outage, 32 a sidecar, each retrying, share one
 ask in that time, not one each), and reads the map only where the ask names a new master: a cluster
-none of whose masters answers is the call's own retries' to find."""
+none of whose masters answers is the call's own retries' to find.
+
+A read that names a new master is an INFO line (the failed master, the new one, the key: a failover met,
+once a pass or client, as later calls go to the new master); a read refused (nodes that disagree, a user
+refused ``CLUSTER SLOTS``) a WARNING; a read that reaches no node a DEBUG line only: the callers tell a
+whole cluster down once an outage (the sidecar's heartbeat, ``OutageRetry``), and a pass meets it at
+every beat."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +66,7 @@ from redis.exceptions import (
 from service.delivery.coverage import named_elsewhere
 from service.delivery.errors import NODE_DOWN
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 _REFUSED = (AuthenticationError, AuthorizationError)  # ``ConnectionError``s: credentials, not a node
 RECENT_S = 0.1  # a single call trusts another's ask of the same master on its client this long
@@ -101,13 +109,34 @@ class Remap:
             return False
         try:
             client.nodes_manager.initialize(last_failed_node_name=old)
-        except RedisClusterUnreachableError:
+        except RedisClusterUnreachableError as unreached:
+            log.debug(  # the whole cluster down: its callers tell the outage once, this came every beat
+                "master %s did not answer (%s) and no node answers a read of the map: %s",
+                old,
+                error,
+                unreached,
+            )
             self.unreachable = error
             return False
-        except RedisClusterException:  # nodes that disagree, slots uncovered, a refused user: map kept
+        except RedisClusterException as refused:  # nodes that disagree, slots uncovered, a refused user
+            log.warning(
+                "master %s did not answer (%s); the map not read again, the last kept: %s",
+                old,
+                error,
+                refused,
+            )
             return False
         new = _master(client, key)
-        return new is not None and new.name != old
+        if new is None or new.name == old:
+            return False
+        log.info(
+            "master %s did not answer (%s); the map read again names %s for %s: sent there",
+            old,
+            error,
+            new.name,
+            key,
+        )
+        return True
 
     def _silenced(self, node: ClusterNode, error: Exception) -> None:
         """``node`` did not answer the ask: not asked again in the pass, and told to ``on_silent``

@@ -15,6 +15,7 @@ retry window): without the read, each fails with the old master's ``ConnectionEr
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -78,11 +79,22 @@ def test_the_first_claim_after_a_failover_leases_at_the_new_master(cluster: Loca
     assert [held.lease.key for held in got] == ["q#0"]  # its first run
 
 
-def test_the_first_completion_after_a_failover_lands_at_the_new_master(cluster: LocalCluster) -> None:
+def test_the_first_completion_after_a_failover_lands_at_the_new_master(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read is told: one INFO line naming the old master and the new (nothing else shows it)."""
     session, held = _failed_over_after_a_claim(cluster)
-    outcome = asyncio.run(session.complete(held, RESULT, once=True))
-    session.delivery.client.close()
+    client, meta = session.delivery.client, session.delivery.keys(held.lease.schedule_id).meta
+    old = client.get_node_from_key(meta).name  # type: ignore[union-attr]
+    with caplog.at_level(logging.INFO, logger="service.delivery.remap"):
+        outcome = asyncio.run(session.complete(held, RESULT, once=True))
+    new = client.get_node_from_key(meta).name  # type: ignore[union-attr]
+    client.close()
     assert outcome is CompletionOutcome.ACCEPTED
+    [told] = [r for r in caplog.records if r.name == "service.delivery.remap"]
+    assert told.levelno == logging.INFO
+    assert f"master {old} did not answer" in told.getMessage()
+    assert f"names {new} for {meta}" in told.getMessage()
 
 
 def test_the_first_failure_report_after_a_failover_lands_at_the_new_master(cluster: LocalCluster) -> None:
