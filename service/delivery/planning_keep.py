@@ -23,9 +23,11 @@ one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.
 timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
 node's own client never re-reads the map, so where that master has been failed over, a tick stayed on
 it, and the next ticks too, until some other call on the client's path re-read the map (measured,
-review51b: three ticks on the old master). So another master is asked (one ``CLUSTER SLOTS``:
-``coverage.served_elsewhere``) whether the slot still is the stalled master's; where it has moved, the
-steps go on the client's path as after a refused connection, below, and reach the new master. A master
+review51b: three ticks on the old master). So another master is asked (one ``CLUSTER SLOTS``, and the
+map read where it names another: ``Unanswered.remapped``, ``remap.py``, the one ask a timed-out master
+a pass: the pass asked twice, the second ask past none of the masters the first had found silent)
+whether the slot still is the stalled master's; where it has moved, the steps go on the client's path
+as after a refused connection, below, and reach the new master. A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
 find a failover's new master (or, where those retries' refresh was not due, redis-py's once a second,
@@ -52,11 +54,9 @@ from typing import NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
-from redis.crc import key_slot
-from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from service.delivery import keys as keyspace
-from service.delivery.coverage import served_elsewhere
 from service.delivery.errors import REDIS_FAILED, cluster_down, not_served
 from service.delivery.unanswered import Unanswered
 
@@ -153,29 +153,15 @@ def _not_answered(
     retries ask the cluster for its slots again and follow a failover; answered there, the others are
     sent alone too, else they fail with its error, unasked. A timeout (a master stalled: it accepts and
     does not answer) is its group's error, nothing sent again (each call would wait it out again),
-    unless another master says the slot has moved (a failover): then as a refused connection."""
-    if not isinstance(error, redis.ConnectionError):
-        if not _failed_over(client, group[0].key, unanswered):
-            unanswered.met(group[0].key, error)
-            return {each.step: error for each in group}
-        unanswered.remapped(group[0].key, error)  # the map read now: the first try goes to the new one
+    unless another master says the slot has moved and the map read names its new master
+    (``Unanswered.remapped``: a failover): then each step is sent alone, there."""
+    if not isinstance(error, redis.ConnectionError) and not unanswered.remapped(group[0].key, error):
+        unanswered.met(group[0].key, error)  # its slot still its own, or no map read names another
+        return {each.step: error for each in group}
     failed: dict[int, Exception] = {}
     for each in group:
         failed.update(_kept_alone(client, each, life_ms, unanswered))
     return failed
-
-
-def _failed_over(client: RedisCluster, key: str, unanswered: Unanswered) -> bool:
-    """Whether ``key``'s master, which timed out, is no longer its slot's master for the other masters
-    (``coverage.served_elsewhere``; those that did not answer this pass not asked, one found silent
-    now passed over for the rest of it): then the client's path, whose retries re-read the map,
-    reaches the new one."""
-    try:
-        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
-    except RedisClusterException:
-        return False
-    slot = key_slot(key.encode())
-    return served_elsewhere(client, slot, node, unanswered.silent(), unanswered.met_master)
 
 
 def _kept_alone(

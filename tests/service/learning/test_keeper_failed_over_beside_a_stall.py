@@ -2,7 +2,10 @@
 stalls too, on a real 3-master Redis Cluster: the failover check (``coverage.served_elsewhere``) asks
 the masters in the client's order, and one that does not answer is passed over for the next, which
 tells the move. Taken as "nothing known to have moved", the tick stayed on the stalled old master and
-the entries lapsed under their live requests (test_keeper_master_failed_over.py has the move alone)."""
+the entries lapsed under their live requests (test_keeper_master_failed_over.py has the move alone).
+The tick asks the master that tells the move once, then reads the map (there: the old master is read
+last, and the silent one does not answer): it asked twice, the map's own ask past none of the masters
+the first ask had found silent, a timeout more on the silent one (review53b)."""
 
 from __future__ import annotations
 
@@ -68,7 +71,9 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
             ctx = cast(Context, SimpleNamespace(delivery=delivery))
             for step in steps:
                 keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
+            before = _asked(new)
             keeper.tick()
+            asked = _asked(new) - before  # the ask that tells the move, and the map's read
             for step in steps:
                 keeper.let_go(Entry(step, "r"))
         finally:
@@ -79,3 +84,11 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
     finally:
         stalled[old].signal(signal.SIGCONT)
     assert min(left) > SHORT_MS
+    assert asked == 2
+
+
+def _asked(port: int) -> int:
+    """How many ``CLUSTER SLOTS`` the master at ``port`` has answered."""
+    with redis.Redis(port=port) as node:
+        stats = node.info("commandstats")
+    return int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
