@@ -10,7 +10,9 @@ leaves only short scopes for the end (helper ci53, docs/experiments.md).
 
 The costs are a table measured from a run's JUnit XML (``scope_costs.json`` beside this module);
 regenerate it after a change that moves a scope's time much:
-``pytest -n 4 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``.
+``pytest -n 4 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``,
+on the whole suite: the table is rewritten with the run's scopes only (a run of 26 scopes left 26
+of the 137 listed).
 A scope the table lacks (a new module) is estimated at the table's mean seconds per test times its
 test count; a stale table costs only order, never a test. The scheduler ``conftest.py`` installs
 (``loadscope_longest_first``) orders the queue before each unit it hands out, so a scope put back by a
