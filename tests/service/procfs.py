@@ -1,12 +1,15 @@
 """This process's children and open file descriptors, and whether a pid runs, read from ``/proc``
 (Linux, no ``ps`` to spawn): what a server object dropped or never stopped must not leave behind; and
 the pid an embedded server reports, to tell it from its watcher; and the embedded server a ``serve``
-child runs, with its data dir."""
+child runs, with its data dir; and an embedded server's owner run as a terminal's job, whose server a
+test ends if it outlived the test."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import redis
@@ -94,6 +97,27 @@ def command_name(pid: int) -> str:
         return (PROC / str(pid) / "comm").read_text().strip()
     except OSError:
         return ""
+
+
+def end_server_if_left(pid: int) -> None:
+    """SIGKILL ``pid`` where it is still an embedded server: the test's own, left running by a failed
+    test (by its name, so that no process that reused the pid is signalled)."""
+    if command_name(pid) in SERVERS:
+        os.kill(pid, signal.SIGKILL)
+
+
+def owner_in_own_session(script: str, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run ``script`` with ``args`` in a session and process group of its own, as a terminal's job (the
+    test is not in it): the process and its first line's words (none where it ended first)."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert owner.stdout is not None
+    return owner, owner.stdout.readline().split()
 
 
 def embedded_server_of(pid: int) -> tuple[int, Path]:

@@ -14,11 +14,10 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
-from tests.service.procfs import SERVERS, command_name, kill_if_still_there, server_pid
+from tests.service.procfs import end_server_if_left, kill_if_still_there, owner_in_own_session, server_pid
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
 # How long an owner's window (its ``Popen`` slow to return, its ``Thread.start`` slow to) stays open:
@@ -73,20 +72,6 @@ EmbeddedServer(data_dir=Path(sys.argv[1])).start()
 """
 
 
-def _owner(script: str, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
-    """Run ``script`` with ``args`` in a process group of its own, as a terminal's job (this test is not
-    in it): the process and its first line's words (none where it ended first)."""
-    owner = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert owner.stdout is not None
-    return owner, owner.stdout.readline().split()
-
-
 def _ended(owner: subprocess.Popen[str]) -> tuple[str, str]:
     """The owner's exit, within ``WAIT_S``: its stdout and stderr."""
     try:
@@ -102,8 +87,27 @@ def _gone(owner: subprocess.Popen[str]) -> None:
         owner.wait()
 
 
+def _stopped_in_its_window_ends_the_server(script: str, data_dir: Path, said: str) -> None:
+    """Run ``script`` (an owner that starts its server on ``data_dir``, writes the server's pid, and holds
+    a window of its start open) and SIGTERM its group: its stop lands inside the window (its handler
+    says ``said``), the owner exits 0, and its server is gone all the same."""
+    owner, started = owner_in_own_session(script, str(data_dir))
+    try:
+        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
+        pid = int(started[0])
+        try:
+            os.killpg(owner.pid, signal.SIGTERM)
+            out, err = _ended(owner)
+            assert (owner.returncode, out.split()) == (0, [said]), err[-2000:]
+            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
+        finally:
+            end_server_if_left(pid)
+    finally:
+        _gone(owner)
+
+
 def test_a_signal_to_the_owners_group_leaves_the_server_answering_until_the_owner_stops_it() -> None:
-    owner, started = _owner(ASKS_AFTER_THE_SIGNAL)
+    owner, started = owner_in_own_session(ASKS_AFTER_THE_SIGNAL)
     try:
         assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
         url = started[0]
@@ -125,20 +129,7 @@ def test_a_signal_to_the_owners_group_leaves_the_server_answering_until_the_owne
 
 
 def test_a_stop_while_the_server_is_being_started_ends_it(tmp_path: Path) -> None:
-    owner, started = _owner(STOPPED_WHILE_SPAWNING, str(tmp_path))
-    try:
-        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
-        pid = int(started[0])
-        try:
-            os.killpg(owner.pid, signal.SIGTERM)
-            out, err = _ended(owner)
-            assert (owner.returncode, out.split()) == (0, ["spawning"]), err[-2000:]
-            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
-        finally:
-            if command_name(pid) in SERVERS:  # ours, left running: end it
-                os.kill(pid, signal.SIGKILL)
-    finally:
-        _gone(owner)
+    _stopped_in_its_window_ends_the_server(STOPPED_WHILE_SPAWNING, tmp_path, "spawning")
 
 
 # An owner whose stop lands in ``Thread.start`` of the thread that starts its server, once that thread's
@@ -177,20 +168,7 @@ EmbeddedServer(data_dir=Path(sys.argv[1])).start()
 
 
 def test_a_stop_while_the_servers_thread_is_being_started_ends_the_server(tmp_path: Path) -> None:
-    owner, started = _owner(STOPPED_IN_THREAD_START, str(tmp_path))
-    try:
-        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
-        pid = int(started[0])
-        try:
-            os.killpg(owner.pid, signal.SIGTERM)
-            out, err = _ended(owner)
-            assert (owner.returncode, out.split()) == (0, ["starting"]), err[-2000:]
-            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
-        finally:
-            if command_name(pid) in SERVERS:  # ours, left running: end it
-                os.kill(pid, signal.SIGKILL)
-    finally:
-        _gone(owner)
+    _stopped_in_its_window_ends_the_server(STOPPED_IN_THREAD_START, tmp_path, "starting")
 
 
 # An owner whose stop lands in ``Thread.start`` of the spawn's thread while that thread's ``Popen`` has
@@ -239,17 +217,4 @@ def test_a_server_started_after_its_owner_left_the_start_is_ended_by_the_spawns_
 ) -> None:
     """The stop's exception left ``spawn`` from ``Thread.start``, before its wait, and the server's
     ``Popen`` returned only after: the owner holds nothing to end, so the spawn's thread ends it."""
-    owner, started = _owner(STOPPED_IN_THREAD_START_BEFORE_POPEN_RETURNS, str(tmp_path))
-    try:
-        assert started, f"the owner did not start a server: {_ended(owner)[1][-2000:]}"
-        pid = int(started[0])
-        try:
-            os.killpg(owner.pid, signal.SIGTERM)
-            out, err = _ended(owner)
-            assert (owner.returncode, out.split()) == (0, ["starting"]), err[-2000:]
-            assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's stop"
-        finally:
-            if command_name(pid) in SERVERS:  # ours, left running: end it
-                os.kill(pid, signal.SIGKILL)
-    finally:
-        _gone(owner)
+    _stopped_in_its_window_ends_the_server(STOPPED_IN_THREAD_START_BEFORE_POPEN_RETURNS, tmp_path, "starting")

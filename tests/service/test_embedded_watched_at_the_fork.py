@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from service.api import exit_guard
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
-from tests.service.procfs import SERVERS, command_name
+from tests.service.procfs import end_server_if_left, owner_in_own_session
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
 
@@ -49,15 +48,7 @@ EmbeddedServer(data_dir=Path(sys.argv[2]) if sys.argv[2] else None).start()
 def _owner(how: str, data_dir: str) -> tuple[subprocess.Popen[str], list[str]]:
     """The owner, in a session of its own as a terminal's job, and its first line's words: the server's
     pid and dir, once its ``Popen`` has forked it (none where the owner ended first)."""
-    owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, how, data_dir],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert owner.stdout is not None
-    return owner, owner.stdout.readline().split()
+    return owner_in_own_session(OWNER, how, data_dir)
 
 
 def _ended(owner: subprocess.Popen[str]) -> int:
@@ -68,12 +59,6 @@ def _ended(owner: subprocess.Popen[str]) -> int:
         os.killpg(owner.pid, signal.SIGKILL)
         owner.communicate()
     return owner.returncode
-
-
-def _end_if_left(pid: int) -> None:
-    """End the test's server if it outlived the test: ours, by its pid and name."""
-    if command_name(pid) in SERVERS:
-        os.kill(pid, signal.SIGKILL)
 
 
 def test_an_owner_killed_while_its_server_is_forked_leaves_no_server_nor_dir() -> None:
@@ -87,7 +72,7 @@ def test_an_owner_killed_while_its_server_is_forked_leaves_no_server_nor_dir() -
             assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's SIGKILL"
             assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived its server"
         finally:
-            _end_if_left(pid)
+            end_server_if_left(pid)
     finally:
         _ended(owner)
 
@@ -102,6 +87,6 @@ def test_a_forced_exit_while_the_server_is_forked_leaves_no_server(tmp_path: Pat
             assert _ended(owner) == exit_guard.FORCED_STATUS
             assert gone_within(pid, GONE_WITHIN_S), f"valkey-server {pid} outlived its owner's forced exit"
         finally:
-            _end_if_left(pid)
+            end_server_if_left(pid)
     finally:
         _ended(owner)
