@@ -17,24 +17,17 @@ import pytest
 
 from service.embedded import EmbeddedServer
 from service.logs import FORCE_QUIT_LOG
-from tests.service.api.stopped_child import began, closed, serving
-from tests.service.api.stuck_call import JOINING, STARTED, URL
-from tests.service.api.stuck_post import post_stuck
+from tests.service.api.stopped_child import closed
+from tests.service.api.stuck_post import stopped_while_stuck
 
 pytestmark = pytest.mark.slow
-STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host
 
 
 def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_traceback(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    started, joining = tmp_path / "started", tmp_path / "joining"
-    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
-    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        post_stuck(url, WAIT_S)
-        began(started, proc, WAIT_S)
-        proc.send_signal(signal.SIGINT)
+    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGINT) as (proc, url, _):
         closed(url, WAIT_S)
         proc.send_signal(signal.SIGINT)
         _, logged = proc.communicate(timeout=WAIT_S)

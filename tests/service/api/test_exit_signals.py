@@ -30,13 +30,11 @@ from service.cli import SECOND_SIGNAL_LOG, exit_cleanly
 from service.embedded import EmbeddedServer
 from tests.service.api.guard_stand import stood_guard
 from tests.service.api.serve_embedded import serve_embedded
-from tests.service.api.stopped_child import began, closed, serving
-from tests.service.api.stuck_call import JOINING, STARTED, URL
-from tests.service.api.stuck_post import post_stuck
+from tests.service.api.stopped_child import began, closed
+from tests.service.api.stuck_post import stopped_while_stuck
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
-STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
 WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
 # the embedded case's command timeout: the guard's bound is 4 of them (12 s) past the app's stop, far
 # past the test's steps between its first signal and its third, so the guard does not fire first
@@ -53,12 +51,7 @@ def _lines(logged: str, message: str) -> list[str]:
 def test_a_second_signal_while_the_exit_joins_a_stuck_thread_keeps_the_guards_status(
     second: signal.Signals, server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    started, joining = tmp_path / "started", tmp_path / "joining"
-    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
-    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        post_stuck(url, WAIT_S)
-        began(started, proc, WAIT_S)
-        proc.send_signal(signal.SIGTERM)
+    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGTERM) as (proc, _, joining):
         began(joining, proc, WAIT_S)  # uvicorn's wait is over: the exit joins the stuck thread
         proc.send_signal(second)
         _, logged = proc.communicate(timeout=WAIT_S)
@@ -83,12 +76,7 @@ def test_three_signals_during_uvicorns_wait_end_the_process_at_the_third(
     """uvicorn's handler hears the stop signals while it waits for the request in flight (stuck for
     good): the third ends the process then, as ``exit_cleanly``'s third does, not the guard's bound
     after the graceful wait. Counted apart, uvicorn's three were one (exit53)."""
-    started, joining = tmp_path / "started", tmp_path / "joining"
-    planted = {STARTED: str(started), URL: server.url, JOINING: str(joining)}
-    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
-        post_stuck(url, WAIT_S)
-        began(started, proc, WAIT_S)
-        proc.send_signal(signal.SIGTERM)
+    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGTERM) as (proc, url, _):
         closed(url, WAIT_S)  # uvicorn heard the first: its wait for the stuck request is under way
         proc.send_signal(signal.SIGTERM)
         _said(proc, SECOND_SIGNAL_LOG)  # heard apart from the third, not merged with it while pending
