@@ -94,6 +94,17 @@ def heard_while_serving(signum: int) -> None:
         _after_the_first(signum)
 
 
+def served() -> None:
+    """uvicorn's run has ended, by whatever way: a signal it heard and did not raise again is no
+    longer to come. uvicorn raises them again only where its run returns; a run that raised instead
+    (its startup failed, ``sys.exit(3)``, after a stop signal it heard then) left the next signal,
+    a user's second Ctrl-C during the exit's waits, taken for that replay: ``SystemExit(0)`` raised
+    where the exit waited, the embedded server's stop cut, nothing logged and not counted
+    (review53d)."""
+    global _replaying
+    _replaying = False
+
+
 def _after_the_first(signum: int) -> None:
     """A stop signal after the first: the second is logged (``SECOND_SIGNAL_LOG``), the third and
     later ones end the process (``exit_guard.force``)."""

@@ -15,12 +15,13 @@ starts without it), and apart from ``service/cli.py``, light on purpose.
 
 from __future__ import annotations
 
+import socket
 from types import FrameType
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
-from service.cli import heard_while_serving
+from service.cli import heard_while_serving, served
 
 __all__ = ["STARTUP_FAILURE", "CountingServer"]
 
@@ -33,3 +34,11 @@ class CountingServer(uvicorn.Server):
         second is logged, the third ends the process (``exit_guard.force``)."""
         super().handle_exit(sig, frame)
         heard_while_serving(sig)
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's run, then no replay of what it heard is awaited any more (``service.cli.served``):
+        a run its startup's failure ended raises, and raises again nothing it heard."""
+        try:
+            super().run(sockets)
+        finally:
+            served()
