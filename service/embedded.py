@@ -256,7 +256,7 @@ class EmbeddedServer:
             # the watcher first: armed at the fork, no end of the owner leaves the server unwatched
             held.watch = watch = Watch.before(held.tmp_dir)
             assert watch.told is not None
-            spawn(watch.telling(args), held, pass_fds=(watch.told,))
+            spawn(watch.telling(args), held, stdout=watch.told)
             assert held.proc is not None
             watch.spawned(held.proc.pid)
             self._wait_ready(timeout_s)

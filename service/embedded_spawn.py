@@ -19,7 +19,7 @@ class Holder(Protocol):
     proc: subprocess.Popen[bytes] | None
 
 
-def spawn(args: list[str], held: Holder, pass_fds: tuple[int, ...] = ()) -> None:
+def spawn(args: list[str], held: Holder, stdout: int = subprocess.DEVNULL) -> None:
     """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
     ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
     while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
@@ -36,12 +36,12 @@ def spawn(args: list[str], held: Holder, pass_fds: tuple[int, ...] = ()) -> None
     server itself. It waits on an event, not ``Thread.join``: Python 3.11's join, interrupted so, marks
     a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again.
 
-    ``pass_fds``: the descriptors the server's start inherits (its watcher's pipe for its pid, which
-    the caller started first: ``embedded_watch.Watch.before``)."""
+    ``stdout``: the server's start's stdout (its watcher's pipe for its pid, which the caller started
+    first: ``embedded_watch.Watch.before``); the server's own is /dev/null."""
     handoff = _Handoff(held)
     interrupted: BaseException | None = None
     try:
-        threading.Thread(target=handoff.start, args=(args, pass_fds), name="embedded-spawn").start()
+        threading.Thread(target=handoff.start, args=(args, stdout), name="embedded-spawn").start()
         while not handoff.done.is_set():
             try:
                 handoff.done.wait()
@@ -68,14 +68,13 @@ class _Handoff:
         self._lock = threading.Lock()
         self._abandoned = False
 
-    def start(self, args: list[str], pass_fds: tuple[int, ...]) -> None:
+    def start(self, args: list[str], stdout: int) -> None:
         """The thread: start the server and hand it to ``held``, or end it where the owner has left."""
         try:
             proc = subprocess.Popen(
                 args,
-                stdout=subprocess.DEVNULL,
+                stdout=stdout,
                 stderr=subprocess.DEVNULL,
-                pass_fds=pass_fds,
                 start_new_session=True,
             )
         except BaseException as error:  # handed to the main thread: raised there

@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 from service.api import exit_guard
+from service.embedded import EmbeddedServer
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
-from tests.service.procfs import end_server_if_left, owner_in_own_session
+from tests.service.procfs import end_server_if_left, owner_in_own_session, server_pid
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
 
@@ -90,3 +91,11 @@ def test_a_forced_exit_while_the_server_is_forked_leaves_no_server(tmp_path: Pat
             end_server_if_left(pid)
     finally:
         _ended(owner)
+
+
+def test_the_server_keeps_no_end_of_the_pipe_its_start_told_its_pid_down() -> None:
+    """The server's start (a shell) writes its pid down its stdout, the watcher's pipe, then becomes
+    the server with /dev/null there: kept, the pipe's end was the server's for its whole run."""
+    with EmbeddedServer() as server:
+        stdout = os.readlink(f"/proc/{server_pid(server.url)}/fd/1")
+    assert stdout == os.devnull, stdout
