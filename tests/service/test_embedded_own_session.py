@@ -35,8 +35,8 @@ def stop(signum, frame):
     raise SystemExit(0)
 signal.signal(signal.SIGTERM, stop)
 with EmbeddedServer() as server:
-    print(server.url, flush=True)
-    try:
+    try:  # the url inside: the test signals as it reads it, which may be before the next line runs
+        print(server.url, flush=True)
         signal.pause()
     finally:
         print(redis.Redis.from_url(server.url).ping(), flush=True)
