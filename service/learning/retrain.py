@@ -23,7 +23,8 @@ fit on past its stop. A retrain the window does not see end (inside a stalled Re
 stretch of the fit with no check: building the training set) is abandoned: its version is not stored
 (the fence checks the halt), the stop says so in one line, and the retrain's own lines after it
 are dropped (``_say``), so the stop's line is the retrain's last. One past its fence at the halt
-stores its version whole, as that line says (``Retrainer._fence``, ``release_at_stop``).
+stores its version whole, as that line says (``Retrainer._fence``, ``release_at_stop``), and one
+that ended while the stop waited to say it is not abandoned: the stop decides again (``Retrainer.stop``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ class Retrainer:
         # after the other, never both; reentrant, as a handler may log while it outputs a line
         self._said = threading.RLock()
         self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
-        self._storing = False  # a retrain is past its fence: its version is stored, stop or not
+        # the retrain's thread past its fence, until it ended (``_end``): its version is stored, stop or not
+        self._storing: threading.Thread | None = None
+        self._background_ended = True  # the automatic retrain's thread said its last line (``_end``)
 
     @property
     def running(self) -> bool:
@@ -106,6 +109,21 @@ class Retrainer:
         fails logs one ``retrain failed`` line with its reason (``_failure``), on either trigger.
         ``step``: the step whose first plan started it (``after_step``), before which every step is
         complete; None for one asked for (``ModelService.retrain`` then reads the step planned last)."""
+        try:
+            return self._retrain(trigger, step)
+        finally:
+            self._end(background=False)
+
+    def _end(self, background: bool) -> None:
+        """A retrain's thread ends, its last line said: one step for ``stop``, which otherwise took a
+        retrain that had stored its version and ended for one still running that stores none (stopline53)."""
+        with self._said:
+            if self._storing is threading.current_thread():
+                self._storing = None
+            if background:
+                self._background_ended = True
+
+    def _retrain(self, trigger: str, step: int | None) -> RetrainResult:
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
@@ -128,8 +146,7 @@ class Retrainer:
             mark_logged(error)  # the request's answer does not log it again
             raise
         finally:
-            self._storing = False
-            self._running.release()
+            self._running.release()  # ``_storing`` stays until the last line (``_end``)
         self._say(
             logging.INFO,
             "retrain done",
@@ -178,7 +195,8 @@ class Retrainer:
             if not passed:
                 with self._said:  # the halt's check and ``_storing`` are one step for ``stop``'s line
                     self._unless_halted()
-                    self._storing = passed = True  # reset as the retrain ends (``retrain_now``)
+                    self._storing = threading.current_thread()  # until its thread ends (``_end``)
+                    passed = True
             self.lock.still_held(token)
 
         return fence
@@ -199,7 +217,8 @@ class Retrainer:
         automatic one's thread, its last line included); whether none runs now. One that still
         runs is abandoned: it stores nothing (its fence checks the halt) unless it was past its
         fence, storing its version (``_fence``), this says so once, saying which, and none of its
-        lines come after that one (``_say``)."""
+        lines come after that one (``_say``). Whether it still runs is decided again under the lock
+        that line is said under: one that ended while the stop waited for that lock is none (``_end``)."""
         self.halt()
         until = time.monotonic() + timeout_s
         idle = self._running.acquire(timeout=timeout_s)
@@ -211,13 +230,22 @@ class Retrainer:
             idle = idle and not background.is_alive()
         if not idle:
             with self._said:
-                self._abandoned = True
-                _log.warning(
-                    "retrain abandoned at the stop: still running after %.1f s; %s and logs nothing more",
-                    timeout_s,
-                    "past its fence, it is storing its version," if self._storing else "it stores no version",
-                )
+                idle = not self._under_way(background)
+                if not idle:
+                    self._abandoned = True
+                    storing = self._storing is not None
+                    _log.warning(
+                        "retrain abandoned at the stop: still running after %.1f s; %s and logs nothing more",
+                        timeout_s,
+                        "past its fence, it is storing its version," if storing else "it stores no version",
+                    )
         return idle
+
+    def _under_way(self, background: threading.Thread | None) -> bool:
+        """Whether a retrain has not ended (``_end``), read under ``_said``: one holds ``_running``, or
+        is past its fence, or the automatic one's thread has not said its last line."""
+        pending = background is not None and background.is_alive() and not self._background_ended
+        return self._running.locked() or self._storing is not None or pending
 
     def _say(self, level: int, message: str, *args: object, **kwargs: Any) -> None:
         """Log a line of a retrain's, unless the stop has abandoned it (``stop``): a line after the
@@ -231,7 +259,7 @@ class Retrainer:
         version: it gives the lock back itself once stored (abandoned, the lock lapses by its TTL),
         and one released under it had its complete version taken back by its last fence (review52d)."""
         with self._said:  # after the halt: a retrain not storing now never passes its fence
-            storing = self._storing
+            storing = self._storing is not None  # None again only once it released the lock itself
         if not storing:
             self.lock.release()
 
@@ -246,6 +274,7 @@ class Retrainer:
             return False
         # its lines carry the schedule id of the step that started it, and nothing else of the request's
         # context: no deadline of the caller's, nor the stop's clock (``logs.schedule_only_context``)
+        self._background_ended = False
         self.background = threading.Thread(
             target=schedule_only_context().run,
             args=(self._background, step),
@@ -257,11 +286,13 @@ class Retrainer:
 
     def _background(self, step: int) -> None:
         try:
-            self.retrain_now("step", step)  # the steps before ``step`` are complete
+            self._retrain("step", step)  # the steps before ``step`` are complete
         except ConflictError as error:
             self._say(logging.INFO, "automatic retrain skipped: %s", error.detail)
         except Exception:
-            return  # counted and logged ("retrain failed", "retrain stopped") by retrain_now
+            return  # counted and logged ("retrain failed", "retrain stopped") by _retrain
+        finally:
+            self._end(background=True)
 
 
 def _failure(trigger: str, error: Exception) -> tuple[str, bool]:
