@@ -40,12 +40,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where the plugin is absent
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadscope`` with every test under tests/scheduler in one scope, so in one worker, and
-    the scopes handed out longest first (``tests.scope_costs``).
+    """``--dist loadscope`` with tests/scheduler's modules that plan on the budget's clock in one
+    scope, so in one worker, and the scopes handed out longest first (``tests.scope_costs``).
 
-    The planner's tests compute (CP-SAT, simulations) and many plan within a wall-clock budget: two
-    at once on 2 cores each get half the time and may answer differently (docs/experiments.md, "CI
-    time"). The rest mostly wait, one module per scope as loadscope does: a module-scoped fixture
+    Those planner tests plan within a wall-clock budget: two at once on 2 cores each get half the
+    time and may answer differently (docs/experiments.md, "CI time"). The planner's other modules
+    (``tests.scope_costs.OFF_THE_CLOCK``: validation, the simulator, frozen-clock plans; checked by
+    tests/scheduler/conftest.py) answer the same at any load, so they spread like any module: one
+    scope holding all ~990 tests was the suite's critical path (docs/experiments.md, ci53 and ci53b).
+    The rest mostly wait, one module per scope as loadscope does: a module-scoped fixture
     (two replicas, a compose loop) starts once and its tests keep their order. Not ``loadgroup``:
     pytest-xdist 3.8 groups by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.
     Longest first: xdist's own queue (most tests first) left scopes of a few 20-30 s tests to the end,

@@ -1,5 +1,6 @@
 """The suite's scope cost table stays honest: it names only scopes that exist, orders the queue
-longest first (an unlisted scope estimated by its test count), and is what a JUnit XML report sums to.
+longest first (an unlisted scope estimated by its test count), and is what a JUnit XML report sums to;
+the planner's modules on the budget's clock share one scope, those off it (a checked list) their own.
 The scheduler built on it is driven through pytest-xdist's own ``LoadScopeScheduling`` (its private
 members are what it overrides), with stand-ins for the worker processes xdist would start."""
 
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.scope_costs import (
+    OFF_THE_CLOCK,
     ROOT,
     SOLVER_SCOPE,
     costs_from_junit,
@@ -27,8 +29,12 @@ def test_every_scope_the_table_lists_is_a_test_module_or_the_planners_folder() -
     assert missing == []
 
 
-def test_the_planners_tests_are_one_scope_and_any_other_test_is_its_modules_or_classs() -> None:
-    assert scope_of("tests/scheduler/deep/test_x.py::test_a[1]") == SOLVER_SCOPE
+def test_the_planners_tests_on_the_budgets_clock_are_one_scope_any_other_its_modules_or_classs() -> None:
+    assert scope_of("tests/scheduler/deep/test_x.py::test_a[1]") == SOLVER_SCOPE  # unlisted: on the clock
+    assert scope_of("tests/scheduler/test_cpsat.py::test_a") == SOLVER_SCOPE
+    assert scope_of("tests/scheduler/test_synth.py::test_a[x]") == "tests/scheduler/test_synth.py"
+    in_class = "tests/scheduler/test_synth.py::TestK"
+    assert scope_of(f"{in_class}::test_a") == in_class
     assert scope_of("tests/service/api/test_serve.py::test_a[x]") == "tests/service/api/test_serve.py"
     assert scope_of("tests/deploy/test_k.py::TestK::test_a") == "tests/deploy/test_k.py::TestK"
 
@@ -40,12 +46,13 @@ def test_listed_scopes_go_longest_first_and_an_unlisted_one_at_the_mean_seconds_
     assert longest_first(tests, {}) == ["b.py", "c.py", "new_big.py", "new_small.py", "a.py"]
 
 
-def test_a_junit_report_sums_each_scopes_cases_with_the_planners_as_one(tmp_path: Path) -> None:
+def test_a_junit_report_sums_each_scopes_cases_with_the_planners_on_the_clock_as_one(tmp_path: Path) -> None:
     report = tmp_path / "j.xml"
     report.write_text(
         "<testsuites><testsuite>"
-        '<testcase classname="tests.scheduler.test_admission" name="test_a" time="1.25"/>'
-        '<testcase classname="tests.scheduler.test_above_others" name="test_b[x]" time="2.5"/>'
+        '<testcase classname="tests.scheduler.test_cpsat" name="test_a" time="1.25"/>'
+        '<testcase classname="tests.scheduler.test_policies" name="test_b[x]" time="2.5"/>'
+        '<testcase classname="tests.scheduler.test_admission" name="test_f" time="0.5"/>'
         '<testcase classname="tests.test_module_size" name="test_c" time="0.5"/>'
         '<testcase classname="tests.test_module_size" name="test_d" time="0.25"/>'
         '<testcase classname="tests.test_module_size.Within" name="test_e" time="7"/>'
@@ -55,6 +62,7 @@ def test_a_junit_report_sums_each_scopes_cases_with_the_planners_as_one(tmp_path
         "tests/test_module_size.py::Within": (7.0, 1),
         SOLVER_SCOPE: (3.8, 2),
         "tests/test_module_size.py": (0.8, 2),
+        "tests/scheduler/test_admission.py": (0.5, 1),
     }
 
 
@@ -134,3 +142,8 @@ def test_no_loadscope_reorder_keeps_the_collections_order() -> None:
     _, first, second = _scheduled(reorder=False)
     assert _ids(first.sent) == [f"tests/c.py::test_{i}" for i in range(3)]
     assert _ids(second.sent) == PLANNER
+
+
+def test_every_module_listed_off_the_budgets_clock_is_a_test_module_of_the_planner() -> None:
+    assert sorted(m for m in OFF_THE_CLOCK if not (ROOT / SOLVER_SCOPE / m).is_file()) == []
+    assert all(m.startswith("test_") and m.endswith(".py") for m in OFF_THE_CLOCK)
