@@ -65,8 +65,10 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_finish_loops.py",
         "test_gcpause.py",
         "test_gcpause_edges.py",
+        "test_giveup.py",
         "test_giveup_blocks.py",
         "test_giveup_docs.py",
+        "test_giveup_edges.py",
         "test_giveup_gaps.py",
         "test_giveup_prepare.py",
         "test_hot_paths.py",
@@ -88,6 +90,7 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_synth_calibration.py",
         "test_tailbound_root.py",
         "test_tailcover.py",
+        "test_validation.py",
         "test_validation_types.py",
         "test_waves_scale.py",
     }

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from scheduler import giveup, planner
+from scheduler import clock, giveup, planner
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError, InvalidInputError
 from scheduler.policies import bandsearch, lpt, ordering, robust
@@ -130,6 +130,7 @@ def test_the_error_crosses_a_process_boundary_whole() -> None:
 @pytest.mark.parametrize("bad", [math.nan, math.inf, "soon", True])
 def test_a_hard_deadline_that_is_not_a_finite_number_is_refused_naming_the_field(bad: object) -> None:
     request = dataclasses.replace(_request(), hard_deadline=bad)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError) as raised:
+    # Frozen: a refusal is made before any budget is spent (tests/scope_costs.py, OFF_THE_CLOCK).
+    with clock.frozen(), pytest.raises(InvalidInputError) as raised:
         planner.plan(request, "lpt")
     assert raised.value.field == "hard_deadline"

@@ -75,7 +75,8 @@ def test_outside_every_deadline_context_a_late_wall_gives_nothing_up() -> None:
 
 def test_a_hard_deadline_given_in_whole_seconds_is_one() -> None:
     request = dataclasses.replace(mixed_request(None, 16), hard_deadline=int(DEADLINE))
-    with giveup.reading(lambda: DEADLINE + 1.0), pytest.raises(DeadlinePassedError) as raised:
+    # Frozen: given up at validation, before any budget is spent (tests/scope_costs.py, OFF_THE_CLOCK).
+    with clock.frozen(), giveup.reading(lambda: DEADLINE + 1.0), pytest.raises(DeadlinePassedError) as raised:
         planner.plan(request, "lpt")
     assert (raised.value.stage, raised.value.deadline) == ("validation", DEADLINE)
 

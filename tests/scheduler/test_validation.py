@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scheduler import clock
 from scheduler.devices import device_profile
 from scheduler.errors import InvalidInputError, UnknownNameError
 from scheduler.planner import plan
@@ -195,7 +196,8 @@ def test_a_time_budget_that_is_no_positive_number_is_refused(budget: object) -> 
 
 
 def test_the_planner_refuses_what_validation_refuses() -> None:
-    with pytest.raises(InvalidInputError) as caught:
+    # Frozen: a refusal is made before any budget is spent (tests/scope_costs.py, OFF_THE_CLOCK).
+    with clock.frozen(), pytest.raises(InvalidInputError) as caught:
         plan(a_request(trajectories=()), "lpt")
     assert caught.value.field == "trajectories"
 
