@@ -16,7 +16,7 @@ import redis
 
 from scheduler import planner
 from scheduler.lowerbound import lower_bound
-from scheduler.policies.problem import build_problem
+from scheduler.policies.problem import problem_and_bound_columns
 from scheduler.types import PlanRequest
 from tests.service.api.slow_upload import (
     STEP,
@@ -35,13 +35,13 @@ def _held_past_the_give_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reached.append("problem")
         while request.hard_deadline is not None and time.perf_counter() <= request.hard_deadline:
             time.sleep(0.005)
-        return build_problem(request)
+        return problem_and_bound_columns(request)
 
     def bound(*args: Any, **kwargs: Any) -> Any:
         reached.append("bound")
         return lower_bound(*args, **kwargs)
 
-    monkeypatch.setattr(planner, "build_problem", held)
+    monkeypatch.setattr(planner, "problem_and_bound_columns", held)
     monkeypatch.setattr(planner, "lower_bound", bound)
     return reached
 
@@ -70,9 +70,9 @@ def test_a_plan_without_a_deadline_is_never_told_to_give_up(
 
     def seen(request: PlanRequest) -> Any:
         told.append(request.hard_deadline)
-        return build_problem(request)
+        return problem_and_bound_columns(request)
 
-    monkeypatch.setattr(planner, "build_problem", seen)
+    monkeypatch.setattr(planner, "problem_and_bound_columns", seen)
     planned = client.post("/schedule", json=batch_body(step=STEP))
     assert planned.status_code == 200
     assert told == [None]

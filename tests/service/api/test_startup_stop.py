@@ -122,7 +122,7 @@ def test_a_lock_release_still_on_redis_when_the_window_ends_keeps_the_pool_open(
     """The release, started by the stop's ``halt``, is still waiting on Redis at the window's end
     (none left: 0 s): it is named, and the pool is left to it."""
     context = _context(startup)
-    monkeypatch.setattr(context.retrainer, "release", lambda: _held_on_redis(context, held_key, 0))
+    monkeypatch.setattr(context.retrainer.lock, "release", lambda: _held_on_redis(context, held_key, 0))
     try:
         with caplog.at_level(logging.WARNING, logger="service.app"):
             assert startup.stop(0.0) is False
@@ -137,7 +137,7 @@ def test_a_lock_release_redis_answers_within_the_window_is_waited_for_then_the_p
     """The release's call is answered a second after it is sent, well within the window: the stop
     waits for it instead of finding it running at once, and closes the pool after it."""
     context = _context(startup)
-    monkeypatch.setattr(context.retrainer, "release", lambda: _held_on_redis(context, held_key, 1))
+    monkeypatch.setattr(context.retrainer.lock, "release", lambda: _held_on_redis(context, held_key, 1))
     with caplog.at_level(logging.WARNING, logger="service.app"):
         assert startup.stop(WAIT_S) is True
     assert _left_open_to(caplog) == ""
