@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from service.embedded import EmbeddedServer
 from service.ports import share_range
+from tests.logging_kept import logging_kept
 from tests.scope_costs import loadscope_longest_first
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
@@ -57,6 +58,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadscope":
         return None
     return loadscope_longest_first(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Iterator[None]:
+    """Each test finds the process's logging as the one before it found it (``tests.logging_kept``):
+    a command run in-process configures it for the whole process, as its console script must."""
+    with logging_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
