@@ -8,6 +8,10 @@ pytest's ``caplog`` and a test's own handler listen: a retrain test waiting to s
 waited out its 60 s bound (the fresh-clone CI at a153f862, 4 failed, ``--- Logging error --- I/O
 operation on closed file`` in their output), only in the runs where the sidecar's in-process test
 had run in the same worker before it.
+
+Python's warnings too: ``configure`` routes them through logging (``logging.captureWarnings``), which
+keeps the function it replaced and does nothing where it finds itself on; left on, a later command's
+``configure`` routed nothing, and its warnings went where the first command's had.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,13 +58,22 @@ def _found(name: str) -> _Found:
 
 @contextmanager
 def logging_kept() -> Iterator[None]:
-    """Within: anything may configure logging; after: each logger ``configure`` changes, and the
-    except hooks it installs, are as they were."""
+    """Within: anything may configure logging; after: each logger ``configure`` changes, the except
+    hooks it installs, and where Python's warnings go, are as they were."""
     found = [_found(name) for name in KEPT]
     hooks = sys.excepthook, threading.excepthook
+    shown, captured = warnings.showwarning, warnings_captured()
     try:
         yield
     finally:
         for logger in found:
             logger.put_back()
         sys.excepthook, threading.excepthook = hooks
+        if not captured:
+            logging.captureWarnings(False)  # forgets the function it replaced: the next one routes
+        warnings.showwarning = shown
+
+
+def warnings_captured() -> bool:
+    """Whether ``logging.captureWarnings(True)`` is in force (it keeps the function it replaced)."""
+    return getattr(logging, "_warnings_showwarning", None) is not None
