@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from service.embedded import EmbeddedServer
 from service.ports import share_range
+from tests.collector_kept import collector_unfrozen
 from tests.logging_kept import logging_kept
 from tests.scope_costs import loadscope_longest_first
 
@@ -65,6 +66,14 @@ def _logging_as_found() -> Iterator[None]:
     """Each test finds the process's logging as the one before it found it (``tests.logging_kept``):
     a command run in-process configures it for the whole process, as its console script must."""
     with logging_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _collector_as_found() -> Iterator[None]:
+    """No object is frozen past a test (``tests.collector_kept``): an app started in-process froze the
+    whole test process, whose objects, once dead in cycles, were never collected."""
+    with collector_unfrozen():
         yield
 
 
