@@ -46,21 +46,6 @@ def unserved_slots(client: RedisCluster, node: ClusterNode) -> frozenset[int] | 
     return frozenset(slot for slot in range(SLOTS) if not served[slot])
 
 
-def served_elsewhere(
-    client: RedisCluster,
-    slot: int,
-    node: ClusterNode,
-    silent: Container[str] = (),
-    on_silent: Callable[[ClusterNode, Exception], None] | None = None,
-) -> bool:
-    """Whether another master, asked (its ``CLUSTER SLOTS``, one call), names a master other than
-    ``node`` for ``slot``: ``node`` timed out and its slot has moved (a failover), which the client's
-    map does not know yet. A node's own client, which a master's pipeline runs on, never re-reads the
-    map, so the step keeper stayed on a failed-over stalled master at every tick (review51b). False
-    where no other master answers: nothing known to have moved (``named_elsewhere``)."""
-    return named_elsewhere(client, slot, node, silent, on_silent) is True
-
-
 def named_elsewhere(
     client: RedisCluster,
     slot: int,
@@ -69,11 +54,15 @@ def named_elsewhere(
     on_silent: Callable[[ClusterNode, Exception], None] | None = None,
 ) -> bool | None:
     """Whether the first other master that answers (its ``CLUSTER SLOTS``, one call on its own client,
-    the client's socket timeout once) names a master other than ``node`` for ``slot``; None where no
-    other master answers. The masters in ``silent`` (names: those that did not answer earlier in the
-    caller's pass) are not asked, and one that does not answer now is told to ``on_silent`` and the
-    next is asked: asking a second stalled master cost a tick a timeout more each (two of three
-    stalled: 1.27 s a tick at a 0.25 s timeout, docs51)."""
+    the client's socket timeout once) names a master other than ``node`` for ``slot``: ``node`` did
+    not answer and its slot has moved (a failover), which the client's map does not know yet; None
+    where no other master answers (``remap.Remap`` then reads the map in a pass, not in a call of its
+    own). A node's own client, which a master's pipeline runs on, never re-reads the map, so the step
+    keeper stayed on a failed-over stalled master at every tick (review51b). The masters in
+    ``silent`` (names: those that did not answer earlier in the caller's pass) are not asked, and one
+    that does not answer now is told to ``on_silent`` and the next is asked: asking a second stalled
+    master cost a tick a timeout more each (two of three stalled: 1.27 s a tick at a 0.25 s timeout,
+    docs51)."""
     primaries: list[ClusterNode] = client.get_primaries()  # type: ignore[no-untyped-call]
     for other in primaries:
         if other.name == node.name or other.name in silent:

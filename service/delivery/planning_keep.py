@@ -23,11 +23,11 @@ one socket timeout (measured, 4 steps and 4 marks on a stalled master: a tick 0.
 timeout and 1.0 s at 1 s, where the cluster pipeline's own retries took 0.89 s and 3.15 s); the
 node's own client never re-reads the map, so where that master has been failed over, a tick stayed on
 it, and the next ticks too, until some other call on the client's path re-read the map (measured,
-review51b: three ticks on the old master). So another master is asked (one ``CLUSTER SLOTS``, and the
-map read where it names another: ``Unanswered.remapped``, ``remap.py``, the one ask a timed-out master
-a pass: the pass asked twice, the second ask past none of the masters the first had found silent)
-whether the slot still is the stalled master's; where it has moved, the steps go on the client's path
-as after a refused connection, below, and reach the new master. A master
+review51b: three ticks on the old master). So another master is asked whether the slot still is the
+stalled master's (one ``CLUSTER SLOTS``), and the map is read where it names another
+(``Unanswered.remapped``, ``remap.py``: one ask a timed-out master a pass; the keeper asked twice
+before, a timeout more on a second stalled master, review53b); where it has moved, the steps go on the
+client's path as after a refused connection, below, and reach the new master. A master
 that refused or dropped the connection (its process gone, which a failover replaces) has its first
 step sent again alone on the client's path, whose retries ask the cluster for its slots again and so
 find a failover's new master (or, where those retries' refresh was not due, redis-py's once a second,

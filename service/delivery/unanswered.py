@@ -26,9 +26,11 @@ can lag (a slot served again elsewhere, not heard of yet), and taken for every s
 masters' entries and marks lapse under their live requests (review51b).
 
 A master that did not answer may have been failed over, its slots now another master's, which the
-client's paced refresh has not seen yet: the first such failure of each master in a pass reads the map
-again (``remap.py``: cluster52, shared with the sidecar's walks since review52c), and where the key's
-slot now has another master, the caller sends it once more (``sent``). A read that no node answers is
+client's paced refresh has not seen yet: the first such failure of each master in a pass asks another
+master for the slot's, and reads the map again where it names another (``remap.py``: cluster52,
+shared with the sidecar's walks since review52c; the ask, cluster53); where the key's slot now has
+another master, the caller sends it once more (``sent``). A master silent to that ask is passed over
+for the rest of the pass as one whose call failed (``met_master``). A read that no node answers is
 the whole cluster's outage, so the rest of the pass asks nothing (a cluster down costs a tick one read).
 """
 
@@ -110,10 +112,6 @@ class Unanswered:
         if self._remap.unreachable is not None:
             self._every = self._remap.unreachable
         return moved
-
-    def silent(self) -> frozenset[str]:
-        """The names of the masters that did not answer earlier in this pass."""
-        return frozenset(self._nodes)
 
     def met_master(self, node: ClusterNode, error: Exception) -> None:
         """A call to ``node`` itself (not to a key's master) failed with ``error``: where that is its

@@ -5,7 +5,7 @@ The loop test (``test_redis_acl_loop.py``) runs the service and the sidecars as 
 keeper never has an overrunning request to keep, and its walks meet no unserved slot: so the calls
 that go on a master's own client, or to a node by name, ran under an ACL nowhere. The step keeper's
 keep is a pipeline of EVAL on each master's own client (``planning_keep.py``), its marks EVALSHA on
-the client's path, and it asks nodes for their slots (``CLUSTER SLOTS``: ``coverage.served_elsewhere``,
+the client's path, and it asks nodes for their slots (``CLUSTER SLOTS``: ``coverage.named_elsewhere``,
 ``unserved_slots``, and the map read again after a failover, ``Unanswered.remapped``); a sidecar's
 complete-and-claim is a pipeline on its schedule's master's own client (``Delivery._pipelined``) and
 its walks ask a node which slots it knows unserved. Each is run here on every master, and no node's
@@ -29,7 +29,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from service.context import Context
 from service.delivery import Delivery, UnknownScheduleError, keys
 from service.delivery.acl import SERVICE, SIDECAR
-from service.delivery.coverage import served_elsewhere, unserved_slots
+from service.delivery.coverage import named_elsewhere, unserved_slots
 from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
 from service.redis_conn import connect
 from service.settings import Settings
@@ -113,7 +113,7 @@ def test_the_service_user_keeps_entries_and_marks_on_every_masters_own_client(
     masters: list[ClusterNode] = client.get_primaries()  # type: ignore[no-untyped-call]
     unserved = [unserved_slots(client, node) for node in masters]
     owner = client.nodes_manager.get_node_from_slot(0)
-    moved = [served_elsewhere(client, 0, node) for node in masters]
+    moved = [named_elsewhere(client, 0, node) for node in masters]  # None: none answered
     client.nodes_manager.initialize(last_failed_node_name=masters[0].name)  # ``Unanswered.remapped``'s
     try:
         assert min(left_ms(client, each) for each in [*entries, *marks]) > SHORT_MS

@@ -1,5 +1,5 @@
 """The step keeper reaches the new master of a stalled master's slots failed over while another master
-stalls too, on a real 3-master Redis Cluster: the failover check (``coverage.served_elsewhere``) asks
+stalls too, on a real 3-master Redis Cluster: the failover check (``coverage.named_elsewhere``) asks
 the masters in the client's order, and one that does not answer is passed over for the next, which
 tells the move. Taken as "nothing known to have moved", the tick stayed on the stalled old master and
 the entries lapsed under their live requests (test_keeper_master_failed_over.py has the move alone).
