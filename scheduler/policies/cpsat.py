@@ -100,16 +100,16 @@ class CpSatPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Plan within ``request.time_budget_s``; never slower (predicted) than the lpt plan."""
-        problem, deadline, spread, lpt_phase, blind, assignment, lpt_plan = opening(
+        problem, deadline, spread, lpt_phase, waves, blind, assignment, lpt_plan = opening(
             request, problem, "FALLBACK_LPT"
         )
         hedge_started = clock.now()
         with stage("hedge"):
-            lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase)
+            lpt_hedged = hedged(problem, request, lpt_plan, spread, deadline, lpt_phase, waves)
         search_end = deadline  # a hedge that fitted is kept time for again, for a plan that differs
         if lpt_hedged is not lpt_plan:
             search_end -= clock.now() - hedge_started
-        late = settled(problem, request, lpt_hedged, spread, deadline, lpt_phase)  # lpt's own
+        late = settled(problem, request, lpt_hedged, spread, deadline, lpt_phase, waves)  # lpt's own
         lpt_robust, lpt_fast = late.placed, late.final
         search_end -= _judging_kept(late)  # for a searched plan, against the same candidate
         base = None
@@ -125,7 +125,7 @@ class CpSatPolicy:
         blind = bar_plans(problem, request, blind, assignment, spread, deadline, lpt_phase)
         if best.queues != lpt_plan.queues:
             with stage("hedge"):
-                best = hedged(problem, request, best, spread, deadline, lpt_phase)
+                best = hedged(problem, request, best, spread, deadline, lpt_phase, waves)
             with stage("at-once hedge"):
                 judged_best = at_once_judged(
                     problem, request, best, spread, deadline, lpt_phase, late.candidate

@@ -34,7 +34,7 @@ from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_fast import JUDGED, UNJUDGED, Candidate, at_once_judged
-from scheduler.policies.robust_order import hedged
+from scheduler.policies.robust_order import hedged, in_waves
 from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
@@ -56,12 +56,12 @@ class LptPolicy:
 
     def plan(self, request: PlanRequest, problem: Problem | None = None) -> Placement:
         """Place longest units first, then order each worker's queue for its makespan."""
-        problem, deadline, spread, phase, blind, assignment, placement = opening(
+        problem, deadline, spread, phase, waves, blind, assignment, placement = opening(
             request, problem, "HEURISTIC"
         )
         with stage("hedge"):
-            lpt_hedged = hedged(problem, request, placement, spread, deadline, phase)
-        late = settled(problem, request, lpt_hedged, spread, deadline, phase)
+            lpt_hedged = hedged(problem, request, placement, spread, deadline, phase, waves)
+        late = settled(problem, request, lpt_hedged, spread, deadline, phase, waves)
         first = placed_from(lpt_hedged, late.placed, late.final)
         blind = bar_plans(problem, request, blind, assignment, spread, deadline, phase)
         with stage("bar"):
@@ -84,6 +84,7 @@ def settled(
     spread: Spread | None,
     deadline: float,
     phase: float,
+    waves: int = 0,
 ) -> Settled:
     """``lpt_hedged`` placed again by kind and at-once judged, the judgment first: the hedged plan is
     judged, then placed again where that fits, and the plan placed again weighed against the same
@@ -106,7 +107,7 @@ def settled(
         first = at_once_judged(problem, request, lpt_hedged, spread, deadline, phase)
     judging_s = clock.now() - started
     with stage("placing again"):
-        placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase)
+        placed = calibrated(problem, request, lpt_hedged, spread, deadline, phase, waves)
     if placed is lpt_hedged:
         return Settled(placed, first.placement, first.candidate, judging_s)
     started = clock.now()
@@ -125,6 +126,7 @@ class Opening(NamedTuple):
     deadline: float  # the policy's start on ``scheduler.clock`` plus ``request.time_budget_s``
     spread: Spread | None  # the request's quantiles (``robust.spreads``); None: point predictions only
     phase_s: float  # what ``lpt_start`` took: the unit the later phases price their fixed costs in
+    waves: int  # trajectories the lpt start left in waves (with quantiles): ``robust_order.judge_item_s``
     blind: Blind | None  # the better length-blind plan, for the bar at the end (``blindbar.barred``);
     # None with quantiles, where the bar builds them (``bar_plans``)
     assignment: list[list[int]]  # units per worker of ``placement``
@@ -148,13 +150,14 @@ def opening(request: PlanRequest, problem: Problem | None, status: str) -> Openi
     with stage("lpt start"):
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
     phase = clock.now() - started
+    waves = in_waves(problem, start[1], request.kv_admission) if spread is not None else 0
     blind = None
     if spread is None:  # with quantiles they are only the bar's: built there (``bar_plans``)
         with stage("blind plans"):
             blind = blind_plan(problem, request, start[0], lpt_bar(start[2], spread), deadline)
     assignment, queues, finishes = blind_start(problem, blind, start, spread is not None)
     placement = Placement(queues=queues, status=status, finish_s=finishes)
-    return Opening(problem, deadline, spread, phase, blind, assignment, placement)
+    return Opening(problem, deadline, spread, phase, waves, blind, assignment, placement)
 
 
 def bar_plans(
@@ -194,6 +197,7 @@ def calibrated(
     spread: Spread | None,
     deadline: float,
     lpt_phase_s: float = 0.0,
+    lpt_waves: int = 0,
 ) -> Placement:
     """``placement`` (hedged) placed again by LPT with each device kind's estimates scaled by how
     late that kind runs on draws of the lengths (``scheduler.policies.robust_place``), then ordered
@@ -223,7 +227,7 @@ def calibrated(
         problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False
     )
     again = Placement(queues, placement.status, finish_s=finishes)
-    settled = hedged(problem, request, again, spread, deadline, lpt_phase_s)
+    settled = hedged(problem, request, again, spread, deadline, lpt_phase_s, lpt_waves)
     return placement if settled is again else settled
 
 

@@ -58,7 +58,13 @@ DRAWS = 1  # common draws judging each order. On the headline replay one, two an
 
 JUDGE_COST = {False: 6.0, True: 40.0}  # a judged item's two plays, in lpt phases per trajectory of
 # the batch, before the hedge's own pace is known (by ``kv_admission``: admission projects each
-# candidate's peak). Measured 4.5-5.3 without it and 24-35 with it, at 4,096 x 32 and 16,384 x 128
+# candidate's peak), where the lpt start placed every queue to run at once. Measured 4.5-5.3 without
+# it and 24-35 with it, at 4,096 x 32 and 16,384 x 128
+WAVES_WEIGHT = 9.0  # what a trajectory the lpt start left in waves weighs in the lpt phase, against one
+# it placed at once (``judge_item_s``): ordering a queue in waves plays it, and those plays are the
+# hedge's own work. Where the lpt start ran every queue in waves, judging them all took 0.6-3.1 lpt
+# phases under KV admission (median 1.4-1.8; 128 x 1 to 16,384 x 128) and 0.4-0.6 without, against
+# 40 / 6 priced flat: priced 4 / 0.6 here (docs/experiments.md, sched54)
 
 Queues = tuple[tuple[int, ...], ...]
 
@@ -70,16 +76,19 @@ def hedged(
     spread: Spread | None,
     deadline: float,
     lpt_phase_s: float = 0.0,
+    lpt_waves: int = 0,
 ) -> Placement:
     """``placement`` with its queues in their expected-fastest orders (``robust_orders``), where the
     trajectories carry the quantiles to draw from (``spread``: ``robust.spreads`` of the request)
-    and the plays end before ``deadline`` (priced, until their own pace is known, at ``JUDGE_COST``
-    lpt phases of ``lpt_phase_s`` seconds); else as it is."""
+    and the plays end before ``deadline`` (priced, until their own pace is known, in lpt phases of
+    ``lpt_phase_s`` seconds, a phase that ordered ``lpt_waves`` trajectories in waves:
+    ``judge_item_s``); else as it is."""
     if spread is None:
         return placement
     finishes = placement.finish_s or problem.finishes(placement.queues, request.kv_admission)
+    reserve, seed = request.kv_admission, request.seed
     orders = robust_orders(
-        problem, placement.queues, finishes, spread, request.kv_admission, request.seed, deadline, lpt_phase_s
+        problem, placement.queues, finishes, spread, reserve, seed, deadline, lpt_phase_s, lpt_waves
     )
     if orders is None:
         return placement
@@ -95,6 +104,7 @@ def robust_orders(
     seed: int,
     deadline: float,
     lpt_phase_s: float = 0.0,
+    lpt_waves: int = 0,
 ) -> tuple[Queues, tuple[float, ...]] | None:
     """Each worker's queue in the order with the lower expected finish (module doc), and the point
     finishes; None when judging every queue might end past ``deadline``, so the plays never run
@@ -108,9 +118,9 @@ def robust_orders(
     sizes): the hedge gave up every time, after spending 12-114 ms, and ended 4,096 x 32 plans
     at 272-282 ms of 250 on an idle host. How. Queues are judged smallest first (each worker's
     choice is its own, so the order changes nothing but the time), and before each, every queue
-    still to judge is projected at the pace per item so far, before the first at ``JUDGE_COST``
-    lpt phases (``lpt_phase_s``: what ``lpt_start`` took, the host's pace in this plan) per
-    trajectory of the batch: once that passes ``deadline`` nothing more is played. The whole is
+    still to judge is projected at the pace per item so far, before the first at ``judge_item_s``
+    (``lpt_phase_s``: what ``lpt_start`` took, the host's pace in this plan, with ``lpt_waves`` of
+    its trajectories ordered in waves): once that passes ``deadline`` nothing more is played. The whole is
     priced so before the draws are drawn and the screen for wide spreads (``_spread_keys``: the
     longest drawn item of every queue alone, over the bar's draws) is played: made first, unpriced,
     they ran a 1,024 x 16 hedge started 25 ms before its deadline 110 ms on a starved host, to find
@@ -122,7 +132,7 @@ def robust_orders(
     judged = sorted((w for w in range(len(queues)) if waves[w]), key=lambda w: (len(queues[w]), w))
     left = sum(len(queues[w]) for w in judged)  # items still to judge
     spent, done = 0.0, 0  # seconds spent judging, and items judged
-    prior = JUDGE_COST[reserve] * lpt_phase_s / max(1, len(problem.steps))  # seconds an item
+    prior = judge_item_s(reserve, lpt_phase_s, len(problem.steps), lpt_waves)  # seconds an item
     if judged and clock.now() + prior * left > deadline:
         return None  # priced past it before the draws and their screen (``_spread_keys``) are made
     if not judged:  # every queue runs at once: no order to judge, so no draw to draw
@@ -138,6 +148,29 @@ def robust_orders(
             ordered[w], finish[w] = tuple(choice[0]), choice[1]
         spent, done, left = spent + clock.now() - started, done + len(queues[w]), left - len(queues[w])
     return tuple(ordered), tuple(finish)
+
+
+def judge_item_s(reserve: bool, lpt_phase_s: float, trajectories: int, lpt_waves: int) -> float:
+    """Seconds one item's judging is priced at before the hedge's own pace is known: ``JUDGE_COST``
+    lpt phases of ``lpt_phase_s`` seconds per trajectory of the batch, each of the ``lpt_waves``
+    trajectories the lpt start ordered in waves counted ``1 + WAVES_WEIGHT`` times.
+
+    Why not the flat price. The lpt phase is a unit only as long as it does the same work at every
+    size. Where the lpt start runs every queue at once it places and plays each queue in closed form
+    (~3-6 us a trajectory), and a judged item's plays cost 24-35 times that. Where it leaves queues
+    in waves it plays them in their candidate orders, the hedge's own kind of work, and the whole
+    hedge took 1-2 lpt phases: priced flat at 40 a 128-item queue on one H100 (a 9-20 ms phase, a
+    ~15 ms hedge) was skipped whenever the phase stalled past 1/40 of the time left (flaky53).
+    Measured and fitted in docs/experiments.md, sched54."""
+    weight = trajectories + WAVES_WEIGHT * lpt_waves
+    return JUDGE_COST[reserve] * lpt_phase_s / max(1.0, weight)
+
+
+def in_waves(problem: Problem, queues: Queues, reserve: bool) -> int:
+    """Trajectories of ``queues`` that do not run at once (``Problem.runs_at_once``, kept: the hedge
+    of the same queues asks it next): of the lpt start's, ``judge_item_s``'s ``lpt_waves``."""
+    runs = problem.runs_at_once(queues, reserve)
+    return sum(len(queue) for queue, run in zip(queues, runs, strict=True) if not run)
 
 
 def order_draws(problem: Problem, spread: Spread, seed: int) -> list[list[int]]:

@@ -120,9 +120,10 @@ def test_the_choice_is_the_same_for_the_same_seed() -> None:
 
 def test_lpt_and_cpsat_both_return_the_hedged_order() -> None:
     """On a frozen clock (every step fits): the property is what both policies return, not whether
-    the host's pace lets the hedge run. On the wall clock the hedge is priced at ``JUDGE_COST`` (40)
-    lpt phases before its pace is known, so an lpt phase of 0.245 s (9.8 s left / 40, a stall
-    on a loaded host) skips it, and cpsat then returned its searched order unhedged."""
+    the host's pace lets the hedge run. On the wall clock the hedge is priced in lpt phases before its
+    pace is known: at ``JUDGE_COST`` (40), an lpt phase of 0.245 s (9.8 s left / 40, a stall on a
+    loaded host) skipped it, and cpsat then returned its searched order unhedged; with the lpt start
+    in waves it is now 4 phases (``judge_item_s``, test_hedge_priced_by_waves.py)."""
     request = dataclasses.replace(_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
     problem = build_problem(request)
     order, _ = _point_best(problem)
@@ -170,15 +171,16 @@ def test_a_hedge_whose_queues_cannot_all_be_judged_in_the_time_left_stops_before
     assert fake.seconds == pytest.approx(0.256)  # where both fit, both are judged
 
 
-@pytest.mark.parametrize(("budget_s", "judged"), [(40.0, False), (42.0, True)])
+@pytest.mark.parametrize(("budget_s", "judged"), [(4.5, False), (5.5, True)])
 def test_before_its_own_pace_is_known_the_hedge_is_priced_in_lpt_phases(
     monkeypatch: pytest.MonkeyPatch, budget_s: float, judged: bool
 ) -> None:
     """The lpt phase seems to take a second and nothing else any time: judging the 128 items in
-    waves is priced at ``JUDGE_COST`` (40 under KV admission) lpt phases per trajectory of the
-    batch, 40 s, so with 39 s left after the lpt phase no queue is judged, with 41 s they are. The
-    first queue used to be judged unpriced: after the search, a 640-item queue (61 ms) with 5 ms
-    left ended a 4,096 x 32 plan at 308 ms of 250."""
+    waves, which the lpt start ordered in waves too, is priced at ``JUDGE_COST`` (40 under KV
+    admission) lpt phases per trajectory of the batch, each counted ``1 + WAVES_WEIGHT`` (10) times
+    (``judge_item_s``), 4 s, so with 3.5 s left after the lpt phase no queue is judged, with 4.5 s
+    they are. The first queue used to be judged unpriced: after the search, a 640-item queue (61 ms)
+    with 5 ms left ended a 4,096 x 32 plan at 308 ms of 250."""
     request = _request(128, 1.6, 40_000, seed=7)
     worker = request.inventory.workers[0]
     inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
@@ -279,10 +281,11 @@ def test_the_draws_are_played_by_the_request_s_engine_under_vllm_admission_by_v0
 def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The lpt phase took a second: the 128 items in waves are priced at ``JUDGE_COST`` (40) lpt
-    phases per trajectory of the batch, far past the 0.2 s left. The hedge gives up before it draws
-    the lengths and plays the wide-spread screen (``outlived``, the longest drawn item of every queue
-    alone), which it made first, unpriced, only to give up at its first queue."""
+    """The lpt phase took a second, its start at once: the 128 items in waves are priced at
+    ``JUDGE_COST`` (40) lpt phases per trajectory of the batch, far past the 0.2 s left. The hedge
+    gives up before it draws the lengths and plays the wide-spread screen (``outlived``, the longest
+    drawn item of every queue alone), which it made first, unpriced, only to give up at its first
+    queue."""
     problem, queues, fake = _two_queues_in_waves(monkeypatch)
     spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
@@ -296,7 +299,8 @@ def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_firs
 def test_the_hedge_is_priced_whole_and_one_that_fits_its_time_exactly_is_drawn(
     monkeypatch: pytest.MonkeyPatch, lpt_phase_s: float, hedged: bool
 ) -> None:
-    """0.2 s left, the 128 items priced at ``JUDGE_COST`` (40) lpt phases per trajectory of the batch:
+    """0.2 s left, the 128 items priced at ``JUDGE_COST`` (40) lpt phases per trajectory of the batch
+    (an lpt start at once):
     at 0.1 s a phase one item (31 ms) fits but the whole (4 s) does not, and nothing is drawn; at 5 ms
     the whole is 0.2 s, the time left exactly, and the hedge draws its lengths."""
     problem, queues, _ = _two_queues_in_waves(monkeypatch)

@@ -1,0 +1,86 @@
+"""The order hedge's price before its own pace is known follows what the lpt phase did: a trajectory the
+lpt start ordered in waves weighs more in the phase (``robust_order.judge_item_s``), so a small batch
+in waves is not priced out by a phase that already played its queues.
+
+Every test plans on a fake clock (``tests.scheduler.fake_clock``): only the stages the test names take
+time, so the budget decides the same way on any host."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from scheduler.planner import plan
+from scheduler.policies import lpt as lpt_module
+from scheduler.policies import robust_order
+from scheduler.policies.ordering import best_order, shortest_first
+from scheduler.policies.problem import build_problem
+from scheduler.policies.robust import spreads
+from scheduler.policies.robust_order import JUDGE_COST, WAVES_WEIGHT, judge_item_s, robust_orders
+from scheduler.types import Inventory, PlanRequest
+from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
+from tests.scheduler.test_robust_order import _request
+
+
+def _one_h100() -> PlanRequest:
+    """flaky53's batch: 128 items on one H100 whose cache runs them in waves, 10 s to plan."""
+    return dataclasses.replace(_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
+
+
+@pytest.mark.parametrize("policy", ["lpt", "cpsat"])
+def test_a_small_batch_in_waves_is_hedged_where_the_flat_price_skipped_it(
+    monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """The lpt phase takes 0.3 s, 9.8 s left to the policy: priced flat at ``JUDGE_COST`` (40) lpt
+    phases, 12 s, the hedge was skipped and both policies returned an unhedged order (flaky53); the
+    lpt start ordered all 128 in waves, so the hedge is priced at 4 phases, 1.2 s, and both return
+    the hedged order, shortest-first."""
+    request = _one_h100()
+    problem = build_problem(request)
+    order, _ = best_order(problem, list(range(128)), problem.costs[0], True)
+    hedged_keys = [request.trajectories[i].key for i in shortest_first(problem, order, problem.costs[0])]
+    slow_stage(monkeypatch, lpt_module, "lpt_start", 0.3)
+    assert list(plan(request, policy).workers[0].items) == hedged_keys
+
+
+def test_a_start_in_waves_is_still_priced_whole_before_anything_is_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same batch with an lpt phase of 2.5 s: 4 phases are 10 s, past the 9.8 s left, and no
+    queue is judged."""
+    request = _one_h100()
+    slow_stage(monkeypatch, lpt_module, "lpt_start", 2.5)
+    judged = count_calls(monkeypatch, robust_order, "_better_order")
+    plan(request, "lpt")
+    assert judged == []
+
+
+@pytest.mark.parametrize(("lpt_waves", "drawn"), [(0, False), (128, True)])
+def test_queues_the_lpt_start_ran_at_once_keep_the_flat_price(
+    monkeypatch: pytest.MonkeyPatch, lpt_waves: int, drawn: bool
+) -> None:
+    """Two queues in waves to judge, 0.2 s left and a 10 ms lpt phase: where the lpt start ran every
+    queue at once (a band plan's queues after the search) its phase did none of the hedge's kind of
+    work, and the whole is priced at ``JUDGE_COST`` (40) phases, 0.4 s: nothing is drawn. Where
+    the start ordered all 128 in waves, 4 phases, 40 ms: the hedge draws its lengths."""
+    request = _request(128, 1.6, 40_000, seed=7)
+    worker = request.inventory.workers[0]
+    inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
+    problem = build_problem(dataclasses.replace(request, inventory=inventory))
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    queues = (tuple(range(32)), tuple(range(32, 128)))
+    monkeypatch.setattr(robust_order.clock, "now", ManualClock().now)
+    finishes = tuple(problem.finishes(queues, True))
+    robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=0.01, lpt_waves=lpt_waves)
+    assert bool(problem.draws(spread, 0).drawn) == drawn
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+def test_a_trajectory_in_waves_weighs_one_plus_the_weight_of_one_placed_at_once(reserve: bool) -> None:
+    at_once = judge_item_s(reserve, 1.0, 1_000, 0)
+    assert at_once == JUDGE_COST[reserve] / 1_000
+    assert judge_item_s(reserve, 1.0, 1_000, 1_000) == pytest.approx(at_once / (1 + WAVES_WEIGHT))
+    assert judge_item_s(reserve, 1.0, 1_000, 500) < at_once  # the more in waves, the lower the price
+    assert judge_item_s(reserve, 0.0, 1_000, 1_000) == 0.0  # a frozen clock's phase: nothing priced
