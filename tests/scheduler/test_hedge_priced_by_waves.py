@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 
+from scheduler import clock
 from scheduler.planner import plan
 from scheduler.policies import lpt as lpt_module
 from scheduler.policies import robust_order
@@ -71,7 +72,7 @@ def test_queues_the_lpt_start_ran_at_once_keep_the_flat_price(
     spread = spreads(request.trajectories)
     assert spread is not None
     queues = (tuple(range(32)), tuple(range(32, 128)))
-    monkeypatch.setattr(robust_order.clock, "now", ManualClock().now)
+    monkeypatch.setattr(clock, "now", ManualClock().now)
     finishes = tuple(problem.finishes(queues, True))
     robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=0.01, lpt_waves=lpt_waves)
     assert bool(problem.draws(spread, 0).drawn) == drawn
