@@ -39,11 +39,12 @@ from scheduler.validation import validate_request
 
 DEFAULT_POLICY = "cpsat"
 MIN_SEARCH_S = 0.001  # a search policy always gets a positive budget (it then keeps its lpt plan)
-BOUND_SHARE = 0.25  # of the budget, from the preparation's start, after which the bound's whole-
-# trajectory check stops probing (``lowerbound.lower_bound``'s ``deadline``): the service's 1,024 x 16
-# batches (one predicted length per prompt) took ~50-70 ms of its 80 ms there, leaving the plan
-# ~1 ms, too little even to hedge it. The bound it reports is then what was proven by that time.
-FLUID_SHARE = 0.5  # of the budget, after which the bound's fluid search stops too: it takes a few
+BOUND_SHARE = 0.25  # of what validation and the problem left of the budget (``bound_deadlines``), after
+# which the bound's whole-trajectory check stops probing (``lowerbound.lower_bound``'s ``deadline``):
+# the service's 1,024 x 16 batches (one predicted length per prompt) took ~50-70 ms of its 80 ms
+# there, leaving the plan ~1 ms, too little even to hedge it. The bound it reports is then what was
+# proven by that time.
+FLUID_SHARE = 0.5  # of the same, after which the bound's fluid search stops too: it takes a few
 # milliseconds for a few worker kinds, but 14-16 kinds took 0.3 s whatever the budget
 REPORT_SHARE = 0.02  # of the budget, kept for building the plan's report after the policy returns
 # (1.5-2 ms at 4,096 x 32, 9-12 ms at 32,768 x 256): a search policy spends all it is given
@@ -74,18 +75,37 @@ def prepare(request: PlanRequest) -> Prepared:
         with giveup.stage("problem"):
             problem, columns = problem_and_bound_columns(request)
         with giveup.stage("bound"):
+            deadline, fluid_deadline = bound_deadlines(started, request.time_budget_s)
             bound = lower_bound(
                 request.trajectories,
                 request.inventory,
                 request.excluded_workers,
                 request.prefix_affinity,
-                deadline=started + BOUND_SHARE * request.time_budget_s,
-                fluid_deadline=started + FLUID_SHARE * request.time_budget_s,
+                deadline=deadline,
+                fluid_deadline=fluid_deadline,
                 columns=columns,
             )
         with giveup.stage("keys"):  # apart from the collection at the pause's end (deadline49)
             keys = trajectory_keys(request.trajectories)
     return Prepared(request, problem, bound, started, time.perf_counter() - wall_started, keys)
+
+
+def bound_deadlines(started: float, budget_s: float) -> tuple[float, float]:
+    """The bound's two deadlines (whole-trajectory probes, fluid search) on ``scheduler.clock``:
+    ``BOUND_SHARE`` and ``FLUID_SHARE`` of what is left of ``budget_s`` (counted from ``started``)
+    once validation and the problem are built, from now; now itself where nothing is left.
+
+    Why of what is left. The shares were of the whole budget from ``started``, sized for a host
+    where validation and the problem take a few ms of the 80 ms default. On a loaded host they take
+    the wall time of a descheduled process, not their CPU: 27-49 ms at 4,096 x 32 (7 ms of CPU, load
+    27), so every bound started past its 20 ms share and reported its limits (a)-(c) alone, while the
+    policy got all that was left. Counted from what is left, the bound and the policy divide the
+    time the host gives them in the proportion they were sized for (docs/experiments.md, sched54).
+    On a quiet host the deadlines move later by what validation and the problem took, times one less
+    the share: ~1-2 ms at 1,024 x 16, where they take 2-3 ms."""
+    now = clock.now()
+    left = max(0.0, started + budget_s - now)
+    return now + BOUND_SHARE * left, now + FLUID_SHARE * left
 
 
 def plan(request: PlanRequest, policy: str = DEFAULT_POLICY, *, prepared: Prepared | None = None) -> Plan:

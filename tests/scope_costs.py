@@ -51,6 +51,7 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_bar_priced.py",
         "test_blind_bar.py",
         "test_blind_draws_first_play.py",
+        "test_bound_share_left.py",
         "test_cap_band.py",
         "test_cost_model_docs.py",
         "test_costmodel.py",
