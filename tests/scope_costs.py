@@ -78,6 +78,7 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_low_band.py",
         "test_plan_draws.py",
         "test_plan_draws_threads.py",
+        "test_problem_memos_threads.py",
         "test_problem_replaced.py",
         "test_queue_layout.py",
         "test_runs_at_once_kept.py",

@@ -82,7 +82,8 @@ class Problem:
     )  # ``played``'s memo: (cost, queue, reserve) -> (clock, the bound it was played to)
     at_once: dict[tuple[tuple[tuple[int, ...], ...], bool], tuple[bool, ...]] = field(
         default_factory=dict, init=False, compare=False, repr=False
-    )  # ``runs_at_once``'s memo: (queues, reserve) -> per worker
+    )  # ``runs_at_once``'s memo: (queues, reserve) -> per worker. Neither memo has a lock: each entry is
+    # stored whole and true whoever wrote it, so a race only plays again (test_problem_memos_threads.py)
     seeded: dict[int, SeededDraws] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )  # ``draws``' memo: seed -> the draws of the spread last asked with it
