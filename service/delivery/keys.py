@@ -42,6 +42,8 @@ key                         type     contents
                                      taken (space-separated): a repeat of one is answered duplicate
 ``P:graced``                hash     item key -> token of its lease an outage graced
 ``P:handback``              hash     item key -> hand-backs after its process died (``RESET_REFUNDS``)
+``P:released``              hash     item key -> ``<token>:<worker>:<code>`` of its last hand-back
+                                     taken: a repeat of it is answered duplicate (or dead-lettered)
 ``P:counts``                hash     ``q|r|d|f|c`` totals and ``<state>:<worker>`` (``count_field``)
 ``P:q:<worker>``            list     the worker's ordered queue; head = next to start
 ``P:q:*``                   list     shared FIFO for shared-queue policies (``SHARED_QUEUE``)
@@ -294,6 +296,12 @@ class ScheduleKeys:
         """Item key -> ``<token>:<worker>`` of each lease whose failure ``release.lua`` took: a failure
         report sent again after a lost answer is told ``duplicate``, not ``stale`` (as a completion)."""
         return f"{self.base}:failed"
+
+    @property
+    def released(self) -> str:
+        """Item key -> ``<token>:<worker>:<code>`` of its last hand-back ``release.lua`` took: a release
+        sent again after a lost answer (a failover at a drain) is told ``duplicate``, not ``stale``."""
+        return f"{self.base}:released"
 
     @property
     def tried(self) -> str:

@@ -24,7 +24,7 @@ class ReleaseOutcome(StrEnum):
 
     REQUEUED = "requeued"  # back at the head of a queue: the holder's (a release), another's (a failure)
     DEAD_LETTERED = "dead_lettered"  # attempts spent: moved to the dead-letter list
-    DUPLICATE = "duplicate"  # ``fail`` only: this token's failure was taken already (a lost answer's repeat)
+    DUPLICATE = "duplicate"  # this token's failure, or hand-back that requeued, was taken already (a repeat)
     STALE = "stale"  # not held any more: nothing changed
 
 

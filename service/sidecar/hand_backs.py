@@ -7,17 +7,28 @@ whatever Redis says (requeued, dead-lettered, already gone) or does not say (an 
 bound cut short)? Schedule by schedule, so that one schedule gone from Redis does not keep the
 others' leases from going back; bounded by the pod's grace period (``hand_back``, ``hurry.py``), past
 which the leases are left to lapse and the reaper requeues them.
+
+A release goes through ``remap.remapped``, as the session's claims and reports do: at a drain right
+after its schedule's master failed over, the client's own read of the map is paced to a second, and
+every try of the release went to the old master until then (a drain's bound is seconds). A release
+whose answer was lost (its master killed after running it, the write replicated) and sent again is
+answered ``DUPLICATE`` (``lua/release.lua``'s ``P:released``), counted ``released``: it was ``STALE``,
+counted ``lost`` beside a lease that had gone back (cluster54).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
+from service.delivery.remap import remapped
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.hurry import Hurry
 from service.sidecar.ledger import Ledger
@@ -26,6 +37,7 @@ from service.sidecar.session_settings import SessionStats
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
 RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not finish (one round trip)
+T = TypeVar("T")
 
 
 @dataclass
@@ -67,8 +79,8 @@ class HandBacks:
         """``release`` of one schedule's leases, each counted as it ends (unanswered or cut: ``lost``);
         how many that dead-lettered."""
         try:
-            leases = [h.lease for h in group]
-            outcomes = await self.reports.call("release", self.delivery.release, leases, died=died)
+            send = partial(self.delivery.release, [h.lease for h in group], died=died)
+            outcomes = await self.reports.call("release", self._remapped, schedule_id, send)
         except UnknownScheduleError:  # gone as a heartbeat finds them: ``lost``, counted once here
             log.info("schedule %s is gone; its %d leases need no release", schedule_id, len(group))
             await self.ledger.gone(schedule_id, [h.lease.key for h in group])
@@ -78,7 +90,10 @@ class HandBacks:
             raise
         dead = outcomes.count(ReleaseOutcome.DEAD_LETTERED)
         self.stats.failed += dead
-        self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED)
+        # a repeat of a release that landed (its answer lost) is its one end, as a completion's is
+        self.stats.released += outcomes.count(ReleaseOutcome.REQUEUED) + outcomes.count(
+            ReleaseOutcome.DUPLICATE
+        )
         # gone before the hand-back (cancelled, or lapsed): each still ends once here; it ended
         # uncounted, and claimed ran ahead of what ended (a pull /reset after a DAPO cancel)
         gone = [
@@ -87,6 +102,12 @@ class HandBacks:
         if gone:
             await self.ledger.gone(schedule_id, gone)
         return dead
+
+    def _remapped(self, schedule_id: str, send: Callable[[], T]) -> T:
+        """``send()``, a release of ``schedule_id``'s leases, sent once more to its slot's new master
+        where its master did not answer and has just been failed over (``remap.remapped``, as the
+        reports' ``LeaseReports._remapped``). Blocking: ``OutageRetry.call`` runs it on a thread."""
+        return remapped(self.delivery.client, self.delivery.keys(schedule_id).meta, send)
 
     async def hand_back(
         self, helds: list[Held], within_s: float, died: str = "", hurry: Hurry | None = None

@@ -10,9 +10,14 @@
 -- taken is recorded by its token and holder (P:failed), so a repeat of it (a report whose answer was
 -- lost, sent again) is answered duplicate, as complete.lua answers a repeated completion: a landed
 -- failure and a lapse leave the same record in P:st, and only this tells the sender which it was.
--- Returns one code per lease: 1 requeued, 3 dead-lettered, 2 duplicate (mode 'fail': this token's
--- failure was taken already; nothing changed), 0 stale (not held: nothing changed); then the
--- settled flag (1 when every item is done, dead or cancelled).
+-- A hand-back taken (modes 'release' and 'died') is recorded so too (P:released), and a repeat of it
+-- (a sidecar's release at a drain whose answer a failover lost, sent again to the new master) is
+-- answered duplicate where it requeued, dead-lettered again where it dead-lettered (what its sender
+-- counts differs), where it was stale: counted 'lost' beside a lease that went back.
+-- Returns one code per lease: 1 requeued, 3 dead-lettered (also a repeat of a hand-back that
+-- dead-lettered), 2 duplicate (this token's failure, or hand-back that requeued, was taken already;
+-- nothing changed), 0 stale (not held: nothing changed); then the settled flag (1 when every item is
+-- done, dead or cancelled).
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local mode, now, reason, holder = ARGV[1], now_ms(ARGV[2]), ARGV[3], ARGV[4]
@@ -49,6 +54,24 @@ local function failure_taken(key, token, who)
     if tok == token and (who == '' or w == who) then return true end
   end
   return false
+end
+
+-- P:released: item key -> '<token>:<holder>:<code>' of its last hand-back taken (modes 'release' and
+-- 'died'; code 1 requeued, 3 dead-lettered), written only here and expiring with the schedule. The
+-- last only: a release refunds the attempt, so an item's hand-backs have no bound, and a repeat is
+-- sent within its sender's retry window, seconds, before the item is leased and handed back again.
+local function took_hand_back(key, token, w, code)
+  redis.call('HSET', k('released'), key, token .. ':' .. w .. ':' .. code)
+  keep(k('released'), cfg.exp)
+  return code
+end
+
+-- The code a repeat of the hand-back of key's lease token by holder ('' = any) answers: 2 where it
+-- was taken and requeued, 3 where it dead-lettered; 0 where none was taken.
+local function hand_back_taken(key, token, who)
+  local tok, w, code = string.match(redis.call('HGET', k('released'), key) or '', '^(%d+):(.*):(%d)$')
+  if tok ~= token or (who ~= '' and w ~= who) then return 0 end
+  return code == '3' and 3 or 2
 end
 
 -- Where the next attempt of key, whose attempt on worker w just failed, goes. A failure reported
@@ -97,13 +120,15 @@ for i = #ARGV - 1, 5, -2 do
   local code = 0
   if status == 'current' then
     local r = get(key)
+    local w = r.w
     if mode == 'release' then
       r.att = r.att - 1
       requeue(key, cfg)
-      code = 1
+      code = took_hand_back(key, ARGV[i + 1], w, 1)
     elseif mode == 'died' then
       local refunds, who = string.match(reason, '^(%d+) (.*)$')
-      code = hand_back(key, now, tonumber(refunds), who, cfg) == 'dead' and 3 or 1
+      local dead = hand_back(key, now, tonumber(refunds), who, cfg) == 'dead'
+      code = took_hand_back(key, ARGV[i + 1], w, dead and 3 or 1)
     elseif r.att >= cfg.max_attempts then
       took_failure(key, ARGV[i + 1], r.w)
       bury(key, now, reason, cfg)
@@ -115,6 +140,8 @@ for i = #ARGV - 1, 5, -2 do
     end
   elseif mode == 'fail' and failure_taken(key, ARGV[i + 1], holder) then
     code = 2
+  elseif mode ~= 'fail' and status == 'stale' then
+    code = hand_back_taken(key, ARGV[i + 1], holder)
   elseif status == 'expired' then
     expire(key, now, cfg)
   end

@@ -1,8 +1,8 @@
 """``P:failed`` answers only a repeated failure report: ``DUPLICATE`` is a ``fail`` answer alone
 (``ReleaseOutcome.DUPLICATE``). A hand-back (``release``, or ``died`` at a reset) of a lease whose
-failure was taken is not held any more and is ``STALE``, as before the record: the hand-back
-counters (``hand_backs.py``) know no duplicate, and a release that answered one would be counted
-as neither released nor stale."""
+failure was taken is not held any more and is ``STALE``, as before the record: a hand-back's repeat is
+answered by its own record (``P:released``, ``test_release_record.py``), and a release answered
+duplicate for a failure would count it ``released``, where the failure spent an attempt."""
 
 from __future__ import annotations
 

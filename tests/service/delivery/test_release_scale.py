@@ -28,16 +28,17 @@ def test_one_release_of_many_leases_answers_each_lease_in_its_own_slot(delivery:
     code after it: O(n^2), 20,000 leases ~1.6 s in one call against ~0.25 s in calls of 500
     (docs/experiments.md, "Delivery protocol review", leftdelivery; a speed is a benchmark's to
     measure, not a test's). Now each code is written to its lease's slot: one release of ``N``
-    leases, every seventh of them already released (stale), answers each in its own place, and the
+    leases, every seventh of them already released (a repeat of those: duplicate, cluster54),
+    answers each in its own place, and the
     released ones are back at the queue's head in the plan's order."""
     leases = _claimed(delivery, "whole")
-    stale = leases[::7]
-    assert set(delivery.release(stale, now_ms=T0 + 1)) == {ReleaseOutcome.REQUEUED}
-    stale_keys = {lease.key for lease in stale}
+    before = leases[::7]
+    assert set(delivery.release(before, now_ms=T0 + 1)) == {ReleaseOutcome.REQUEUED}
+    before_keys = {lease.key for lease in before}
     outcomes = delivery.release(leases, now_ms=T0 + 1)
     expected = [
-        ReleaseOutcome.STALE if lease.key in stale_keys else ReleaseOutcome.REQUEUED for lease in leases
+        ReleaseOutcome.DUPLICATE if lease.key in before_keys else ReleaseOutcome.REQUEUED for lease in leases
     ]
     assert outcomes == expected
     head = [le.key for le in delivery.claim("whole", "a", 3, now_ms=T0 + 2)]
-    assert head == ["a-1#0", "a-2#0", "a-3#0"]  # this release's first three, ahead of the stale ones
+    assert head == ["a-1#0", "a-2#0", "a-3#0"]  # this release's first three, ahead of those before
