@@ -28,14 +28,14 @@ master is seldom failed over yet. The ask passes over the masters failed in the 
 not answer it is told to ``on_silent`` (the caller passes its keys over, unasked) and not asked again:
 a stalled master costs a pass one ask's timeout at most, whichever read meets it first.
 
-A sidecar's claims, completions and failure reports are calls of their own, not a pass (``remapped``):
-each retries itself (a report at 50 ms doubling, a claim at the next claim), so the client's paced read
-held the first of them after a failover to the old master for up to its second, and a retrying report
-for its next pause, up to 2 s (cluster53: the first one 0.46-0.82 s after the failover, 0.16-0.21 s
-read so). Such a call asks another master only where no ask for that master on its client was made in
-the last ``RECENT_S`` (the reports in flight during an outage, 32 a sidecar, each retrying, share one
-ask in that time, not one each), and reads the map only where the ask names a new master: a cluster
-none of whose masters answers is the call's own retries' to find.
+A sidecar's claims, completions, failure reports and releases are calls of their own, not a pass
+(``remapped``): each retries itself (a report or release at 50 ms doubling, a claim at the next claim),
+so the client's paced read held the first of them after a failover to the old master for up to its
+second, and a retrying report for its next pause, up to 2 s (cluster53: the first one 0.46-0.82 s after
+the failover, 0.16-0.21 s read so). Such a call asks another master only where no ask for that master on
+its client was made in the last ``RECENT_S`` (the reports in flight during an outage, 32 a sidecar, each
+retrying, share one ask in that time, not one each), and reads the map only where the ask names a new
+master: a cluster none of whose masters answers is the call's own retries' to find.
 
 A read that names a new master is an INFO line (the failed master, the new one, the key: a failover met,
 once a pass or client, as later calls go to the new master); a read refused (nodes that disagree, a user
@@ -160,8 +160,8 @@ def resent(key: str, send: Callable[[], T], moved: Callable[[str, Exception], bo
 
 
 def remapped(client: redis.Redis | RedisCluster, key: str, send: Callable[[], T]) -> T:
-    """``send()``, a call of its own on ``key`` (a sidecar's claim, completion or failure report, each
-    retried by its caller); where its master did not answer and another master names a new one for its
+    """``send()``, a call of its own on ``key`` (a sidecar's claim, completion, failure report or release,
+    each retried by its caller); where its master did not answer and another master names a new one for its
     slot, the map read and the call sent once more, there (``resent``; the module doc says why, and
     why such calls share one ask of a master in ``RECENT_S``). A blocking call: run it on a thread."""
     return resent(key, send, Remap(client, alone=True).moved)
