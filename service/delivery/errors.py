@@ -11,12 +11,14 @@ __all__ = [
     "NODE_DOWN",
     "REDIS_FAILED",
     "SLOT_NOT_SERVED",
+    "IndexNodeDown",
     "InvalidInputError",
     "LateMarkError",
     "MarkLapsedError",
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
+    "down_node",
     "nothing_ran",
 ]
 
@@ -77,6 +79,27 @@ def _refusals(error: BaseException) -> list[ClusterDownError]:
             found.append(seen)
         seen = seen.__cause__ or seen.__context__
     return found
+
+
+class IndexNodeDown(redis.ConnectionError):
+    """A node that did not answer (``NODE_DOWN``: its error the cause) while a settled schedule was
+    retired from the indexes (``Indexes._retire``: the active and lapse indexes, its workers' inboxes,
+    keys of other slots than the schedule's), after the schedule's own script had run and answered on
+    its master. Raised as that node's, not the schedule's master's: a walk (``reach.Reach``, the keeper's
+    ``Unanswered``) passed the schedule's master's other schedules over as down for the rest of it and
+    counted it among the masters failed, and a call of its own (``remap.remapped``) spent an ask of
+    another master, and its share of asks, on a master that had answered (review53b). A
+    ``ConnectionError``: every retry and ``except`` of ``NODE_DOWN`` takes it as before."""
+
+    def __init__(self, node: str, error: Exception) -> None:
+        self.node = node  # its name, host:port, as the cluster client's map names it
+        super().__init__(f"node {node} did not answer retiring a settled schedule from its indexes: {error}")
+
+
+def down_node(error: BaseException) -> str | None:
+    """The node ``error`` says did not answer, where that is not the node of the key it was raised for
+    (``IndexNodeDown``); None otherwise: the key's own master."""
+    return error.node if isinstance(error, IndexNodeDown) else None
 
 
 class UnknownScheduleError(SchedulerError, LookupError):

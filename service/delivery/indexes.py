@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.exceptions import RedisClusterException
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, IndexNodeDown, UnknownScheduleError
 from service.delivery.planning_keep import KEEP, keep_each
 from service.delivery.scripts import evaluate
 from service.delivery.unanswered import Unanswered
@@ -190,16 +191,34 @@ class DeliveryIndexes(DeliveryViews):
         return int(published)
 
     def _retire(self, schedule_id: str) -> None:
-        """Drop a finished schedule from the indexes; its keys stay until retention for reading."""
+        """Drop a finished schedule from the indexes; its keys stay until retention for reading.
+
+        On a Redis Cluster, one pipeline per node the client's map sends the indexes to, each sent
+        whatever the others answer: a node that does not answer is raised as its own
+        (``IndexNodeDown``), after the others' indexes are retired. One pipeline for them all raised
+        redis-py's bare "Connection refused" or timeout, naming no node, which its callers took for the
+        schedule's master's, whose script had just answered (review53b)."""
         try:
             workers = self.info(schedule_id).workers
         except UnknownScheduleError:
             workers = ()
         indexes = (keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix))
-        pipe = self.client.pipeline(transaction=False)
-        for index in (*indexes, *(keyspace.inbox(w, self.prefix) for w in workers)):
-            pipe.zrem(index, schedule_id)
-        pipe.execute()
+        names = [*indexes, *(keyspace.inbox(w, self.prefix) for w in workers)]
+        client = self.client
+        groups = _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        down: IndexNodeDown | None = None
+        for node, group in groups.items():
+            pipe = self.client.pipeline(transaction=False)
+            for index in group:
+                pipe.zrem(index, schedule_id)
+            try:
+                pipe.execute()
+            except NODE_DOWN as error:
+                if node is None:  # a single Redis (every key's), or a slot the map sends nowhere
+                    raise
+                down = down or IndexNodeDown(node, error)
+        if down is not None:
+            raise down
 
     def due_for_reaping(self, now_ms: int | None = None) -> list[str]:
         """Active schedules, oldest first, a lease of which may have lapsed by now (the lease clock,
@@ -223,3 +242,16 @@ class DeliveryIndexes(DeliveryViews):
         (a later lease's deadline is its writer's now + ttl), so replicas' writes may land in any order."""
         if quiet_until_ms:
             self.client.zadd(keyspace.lapse_index(self.prefix), dict(quiet_until_ms))
+
+
+def _by_node(client: RedisCluster, names: Sequence[str]) -> dict[str | None, list[str]]:
+    """``names`` by the node the client's map sends each to (its name; None where the map sends it
+    nowhere: its slot not covered, the cluster client's own error raised for it), in order."""
+    groups: dict[str | None, list[str]] = {}
+    for name in names:
+        try:
+            node: str | None = str(client.get_node_from_key(name).name)  # type: ignore[no-untyped-call]
+        except RedisClusterException:
+            node = None
+        groups.setdefault(node, []).append(name)
+    return groups

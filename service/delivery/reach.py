@@ -63,7 +63,7 @@ from redis.exceptions import RedisClusterException
 from service.delivery import keys as keyspace
 from service.delivery.calls import RedisClient
 from service.delivery.coverage import unserved_slots
-from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, cluster_down, not_served
+from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, cluster_down, down_node, not_served
 from service.delivery.remap import Remap, resent
 
 T = TypeVar("T")
@@ -160,7 +160,9 @@ class Reach:
 
     def missed(self, schedule_id: str, error: Exception) -> None:
         """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
-        node did not answer, or every schedule when a node said the cluster is down; raise it when the
+        node did not answer (the node that did not answer: another's, where the schedule's master
+        answered and one of its indexes' did not, ``errors.IndexNodeDown``), or every schedule when a
+        node said the cluster is down; raise it when the
         walk has reached nothing and that is the cluster down or ``TRIED_DOMAINS`` masters failed.
         A schedule that answered earlier in the walk (its settings read) and fails now is not reached:
         counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
@@ -172,6 +174,8 @@ class Reach:
                 raise error
             return
         node, slot = self._node(schedule_id), self._slot(schedule_id)
+        elsewhere = down_node(error)  # an index's node (a settled schedule's retire): its master answered
+        node = node if elsewhere is None else ("node", elsewhere)
         whole = node is not None and (node == UNMAPPED or isinstance(error, NODE_DOWN))
         self._failed[node if whole else slot] = error
         self._masters.add(node if node is not None else slot)

@@ -64,7 +64,7 @@ from redis.exceptions import (
 )
 
 from service.delivery.coverage import named_elsewhere
-from service.delivery.errors import NODE_DOWN
+from service.delivery.errors import NODE_DOWN, down_node
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,12 +89,14 @@ class Remap:
     def moved(self, key: str, error: Exception) -> bool:
         """Whether ``key``'s master, which did not answer (``error``: ``NODE_DOWN``), has been replaced
         in the map read again now: the caller sends the key once more, to its new master. The first
-        failure of each master in the pass reads the map; the others, and a single Redis, never."""
+        failure of each master in the pass reads the map; the others, and a single Redis, never; nor
+        an error of another node than the key's master (``errors.IndexNodeDown``: the key's master
+        answered, so it has not failed over, and the other node is the client's own read's to find)."""
         client = self.client
         if not isinstance(client, RedisCluster) or not isinstance(error, NODE_DOWN):
             return False
-        if isinstance(error, _REFUSED) or self.unreachable is not None:
-            return False
+        if isinstance(error, _REFUSED) or self.unreachable is not None or down_node(error) is not None:
+            return False  # credentials, not a node; the cluster down; another node's (its master answered)
         node = _master(client, key)
         if node is None or node.name in self._read:
             return False
