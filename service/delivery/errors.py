@@ -82,14 +82,14 @@ def _refusals(error: BaseException) -> list[ClusterDownError]:
 
 
 class IndexNodeDown(redis.ConnectionError):
-    """A node that did not answer (``NODE_DOWN``: its error the cause) while a settled schedule was
-    retired from the indexes (``Indexes._retire``: the active and lapse indexes, its workers' inboxes,
+    """A node that did not answer (``NODE_DOWN``: its error the cause) while a settled schedule was retired
+    from the indexes (``DeliveryIndexes._retire``: the active and lapse indexes, its workers' inboxes,
     keys of other slots than the schedule's), after the schedule's own script had run and answered on
-    its master. Raised as that node's, not the schedule's master's: a walk (``reach.Reach``, the keeper's
-    ``Unanswered``) passed the schedule's master's other schedules over as down for the rest of it and
-    counted it among the masters failed, and a call of its own (``remap.remapped``) spent an ask of
-    another master, and its share of asks, on a master that had answered (review53b). A
-    ``ConnectionError``: every retry and ``except`` of ``NODE_DOWN`` takes it as before."""
+    its master. Raised as that node's, not the schedule's master's: a walk (``reach.Reach``: heartbeats,
+    reaps) passed the schedule's master's other schedules over as down for the rest of it and counted it
+    among the masters failed, and a call of its own (``remap.remapped``) spent an ask of another master,
+    and its share of asks, on a master that had answered (review53b). A ``ConnectionError``: every retry
+    and ``except`` of ``NODE_DOWN`` takes it as before."""
 
     def __init__(self, node: str, error: Exception) -> None:
         self.node = node  # its name, host:port, as the cluster client's map names it

@@ -1,7 +1,7 @@
-"""A node that does not answer as a settled schedule is retired from its indexes (``Indexes._retire``:
-the active and lapse indexes, its workers' inboxes, other slots than the schedule's) is blamed as
-itself (``errors.IndexNodeDown``), not as the schedule's master, whose script had just answered, on a
-real 3-master Redis Cluster with the inbox's master killed.
+"""A node that does not answer as a settled schedule is retired from its indexes
+(``DeliveryIndexes._retire``: the active and lapse indexes, its workers' inboxes, other slots than the
+schedule's) is blamed as itself (``errors.IndexNodeDown``), not as the schedule's master, whose script
+had just answered, on a real 3-master Redis Cluster with the inbox's master killed.
 
 redis-py's pipeline over those keys raised a bare "Connection refused" naming no node, which a walk
 took for the schedule's master's: a heartbeat walk passed every other schedule of that live master
