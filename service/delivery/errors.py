@@ -11,14 +11,12 @@ __all__ = [
     "NODE_DOWN",
     "REDIS_FAILED",
     "SLOT_NOT_SERVED",
-    "IndexNodeDown",
     "InvalidInputError",
     "LateMarkError",
     "MarkLapsedError",
     "ScheduleConflictError",
     "ScheduleWithdrawnError",
     "UnknownScheduleError",
-    "down_node",
     "nothing_ran",
 ]
 
