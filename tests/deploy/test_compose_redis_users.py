@@ -16,10 +16,13 @@ import pytest
 import redis
 import typer
 import yaml
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from typer.testing import CliRunner
 
 from tests.deploy.aclfile_server import aclfile_server, anonymous_ping
 
+NO_RETRY = Retry(NoBackoff(), 0)  # a refused login raises at once (``_client``'s docstring)
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 SIDECARS = ["sidecar-h100-0", "sidecar-h100-1", "sidecar-ascend-0", "sidecar-ascend-1"]
 
@@ -68,7 +71,10 @@ def loop_redis(
 
 
 def _client(port: int, user: str | None, password: str) -> redis.Redis:
-    return redis.Redis(port=port, username=user, password=password, decode_responses=True)
+    """A client of ``user``, without redis-py's default retries: a refused login is an
+    ``AuthenticationError``, a ``ConnectionError`` the default retries 3 times more after 1-10 s
+    backoffs, which made each refusal this module asserts cost 2-4 s, and the same error in the end."""
+    return redis.Redis(port=port, username=user, password=password, decode_responses=True, retry=NO_RETRY)
 
 
 def test_the_loop_redis_refuses_anonymous_clients_and_admits_its_health_check(

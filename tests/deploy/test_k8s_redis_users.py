@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 import typer
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from service.delivery.acl import SERVICE, SIDECAR
 from tests.deploy.acl_loop import PASSWORDS, AclServer, acl_server, generated_lines
@@ -26,6 +28,7 @@ from tests.deploy.manifests import (
     workloads,
 )
 
+NO_RETRY = Retry(NoBackoff(), 0)  # a refused login raises at once (``_client``'s docstring)
 STATEFULSETS = ["rollout-worker-h100", "rollout-worker-ascend"]
 # Stand-ins for the Secret's keys; the two users' passwords as the operator gave them to redis-acl
 # (``generated_lines`` passes ``PASSWORDS``).
@@ -100,7 +103,13 @@ def redis_users(cli: typer.Typer) -> Iterator[AclServer]:
 
 
 def _client(server: AclServer, login: tuple[str, str]) -> redis.Redis:
-    return redis.Redis(port=server.port, username=login[0], password=login[1], decode_responses=True)
+    """A client of ``login``, without redis-py's default retries: a refused login is an
+    ``AuthenticationError``, a ``ConnectionError`` the default retries 3 times more after 1-10 s
+    backoffs, which made each refusal this module asserts cost 2-4 s, and the same error in the end."""
+    user, password = login
+    return redis.Redis(
+        port=server.port, username=user, password=password, decode_responses=True, retry=NO_RETRY
+    )
 
 
 def test_the_service_pod_s_login_may_run_what_only_the_service_runs(redis_users: AclServer) -> None:

@@ -8,11 +8,14 @@ from collections.abc import Iterator
 import pytest
 import redis
 import typer
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from typer.testing import CliRunner
 
 from service.delivery.acl import SERVICE, SIDECAR
 from tests.deploy.acl_loop import PASSWORDS, AclServer, acl_server, generated_lines
 
+NO_RETRY = Retry(NoBackoff(), 0)  # a refused login raises at once (``_login``'s docstring)
 DANGEROUS = (
     ("FLUSHALL",),
     ("FLUSHDB",),
@@ -38,8 +41,16 @@ def acl(cli: typer.Typer) -> Iterator[AclServer]:
 
 
 def _login(acl: AclServer, user: str, password: str) -> redis.Redis:
+    """A client of ``user``, without redis-py's default retries: a refused login is an
+    ``AuthenticationError``, a ``ConnectionError`` the default retries 3 times more after 1-10 s
+    backoffs, which made each refusal this module asserts cost 2-4 s, and the same error in the end."""
     return redis.Redis(
-        host="127.0.0.1", port=acl.port, username=user, password=password, decode_responses=True
+        host="127.0.0.1",
+        port=acl.port,
+        username=user,
+        password=password,
+        decode_responses=True,
+        retry=NO_RETRY,
     )
 
 
