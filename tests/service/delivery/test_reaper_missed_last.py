@@ -12,6 +12,8 @@ import socket
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from service.delivery import Delivery
 from service.delivery.reaper import Reaper, _missed_last, reap_all
@@ -44,7 +46,8 @@ def test_a_pass_that_could_not_read_what_is_due_keeps_the_last_ones_misses() -> 
     with socket.socket() as probe:  # a port nothing listens on: the read of what is due is refused
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    reaper = Reaper(Delivery(redis.Redis(port=port)), interval_s=60.0)
+    # refused once: redis-py's default retry tried 3 more times after 1-10 s backoffs, the same error
+    reaper = Reaper(Delivery(redis.Redis(port=port, retry=Retry(NoBackoff(), 0))), interval_s=60.0)
     reaper._missed = {"s1"}
     with pytest.raises(redis.ConnectionError):
         reaper._pass()
