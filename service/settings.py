@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # --- network -------------------------------------------------------------------------------------
     host: str = "127.0.0.1"  # bind address; a non-loopback one needs a token
     port: int = Field(default=8000, ge=0, le=65535)  # 0 picks a free port
+    # uvicorn's wait for the requests in flight after SIGTERM before it cuts them (a 503, cut_answer.py);
+    # the deploy files' grace periods cover it (docs/operations.md, "Shutdown")
+    graceful_shutdown_s: int = Field(default=10, ge=1, le=HOUR_S)
 
     # --- Redis ---------------------------------------------------------------------------------------
     redis_url: str | None = Field(

@@ -1,6 +1,6 @@
 """A request that uvicorn's graceful wait cut is answered the stop's 503, not uvicorn's 500.
 
-Why. At SIGTERM uvicorn waits ``serve.GRACEFUL_SHUTDOWN_S`` for the requests in flight, then cancels
+Why. At SIGTERM uvicorn waits ``ROLLOUT_GRACEFUL_SHUTDOWN_S`` for the requests in flight, then cancels
 the handlers still running (``Task.cancel``). The cancel goes up through the app (``plan_thread.run_to_end``
 re-raises it: the plan runs on, on its thread, and gives up at the stop), and uvicorn answers a cancel
 raised before the response began as any exception: ``500 Internal Server Error``, with an

@@ -21,10 +21,6 @@ from service.engines import SERVICE_ENGINE  # no imports of its own: the CLI sta
 if TYPE_CHECKING:  # the settings module loads pydantic: kept off the CLI's start-up path
     from service.settings import Settings
 
-# uvicorn's wait for requests in flight after SIGTERM; deploy/k8s/deployment.yaml's grace period covers it
-# (tests/deploy/test_k8s_manifests.py checks that it does).
-GRACEFUL_SHUTDOWN_S = 10
-
 HELP = (
     "Serve the scheduling API (POST /schedule, /actuals, /models/retrain, GET and DELETE "
     "/schedule/{id}, GET /schedule/{id}/results, /models, /healthz, /readyz, /metrics). Without "
@@ -220,7 +216,7 @@ def run(settings: Settings) -> None:
                 log_config=None,
                 access_log=False,
                 workers=1,  # one process per replica: see _ignore_web_concurrency
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                timeout_graceful_shutdown=settings.graceful_shutdown_s,  # ROLLOUT_GRACEFUL_SHUTDOWN_S
             )
             server = CountingServer(config)
             server.run()

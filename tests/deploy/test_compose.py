@@ -335,7 +335,6 @@ def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(
     says what hung, and a sidecar leaves its leases to lapse instead of handing them back."""
     from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
     from service.app import EXIT_TIMEOUTS
-    from service.commands.serve import GRACEFUL_SHUTDOWN_S
     from service.sidecar.session import RELEASE_GRACE_S
 
     for name, svc in services.items():
@@ -343,8 +342,9 @@ def test_each_process_of_ours_gets_time_to_stop_before_docker_kills_it(
             continue
         if svc["command"][0] == "serve":
             env = {key: str(value) for key, value in svc["environment"].items()}
-            timeout_s = serve_settings(env, svc["command"], monkeypatch, tmp_path).redis_timeout_s
-            needed = GRACEFUL_SHUTDOWN_S + max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
+            settings = serve_settings(env, svc["command"], monkeypatch, tmp_path)
+            timeout_s, graceful_s = settings.redis_timeout_s, settings.graceful_shutdown_s
+            needed = graceful_s + max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
         else:
             needed = parse_cli(svc["command"]).params["drain_timeout"] + RELEASE_GRACE_S
         assert _seconds(svc.get("stop_grace_period", "10s")) > needed, name

@@ -206,15 +206,16 @@ def test_a_stopping_service_pod_keeps_serving_until_it_leaves_the_endpoints_then
     SIGKILL."""
     from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
     from service.app import EXIT_TIMEOUTS
-    from service.commands.serve import GRACEFUL_SHUTDOWN_S
 
     pod = pod_spec(find_one("Deployment", "rollout-scheduler"))
     service = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]
     pre_stop = service.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop >= 5, "no preStop sleep: new connections are refused while the endpoints update"
-    timeout_s = float(find_one("ConfigMap", "rollout-scheduler")["data"]["ROLLOUT_REDIS_TIMEOUT_S"])
+    config = find_one("ConfigMap", "rollout-scheduler")["data"]
+    timeout_s = float(config["ROLLOUT_REDIS_TIMEOUT_S"])
+    graceful_s = int(config["ROLLOUT_GRACEFUL_SHUTDOWN_S"])
     stop_s = max(EXIT_TIMEOUTS * timeout_s, MIN_BOUND_S) + LAST_ACTS_S
-    assert pre_stop + GRACEFUL_SHUTDOWN_S + stop_s < pod["terminationGracePeriodSeconds"]
+    assert pre_stop + graceful_s + stop_s < pod["terminationGracePeriodSeconds"]
 
 
 @pytest.mark.parametrize(

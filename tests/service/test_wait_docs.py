@@ -21,12 +21,12 @@ import redis.retry
 
 from service.api.exit_guard import LAST_ACTS_S, MIN_BOUND_S
 from service.app import EXIT_TIMEOUTS, STOP_TIMEOUTS
-from service.commands.serve import GRACEFUL_SHUTDOWN_S
 from service.delivery.retries import short_retry
 from service.settings import Settings
 from tests.deploy.manifests import containers_of, find_one, pod_spec
 
 ROOT = Path(__file__).resolve().parents[2]
+GRACEFUL_SHUTDOWN_S = Settings.model_fields["graceful_shutdown_s"].default  # the runbook's figures are at it
 DOCS = ROOT / "docs"
 # A bound as the runbook writes it: "**10 s + 3 (multiplication sign) `ROLLOUT_REDIS_TIMEOUT_S`**".
 _BOUND = r"\*\*(\d+) s \+ (\d+) \N{MULTIPLICATION SIGN} `ROLLOUT_REDIS_TIMEOUT_S`\*\*"

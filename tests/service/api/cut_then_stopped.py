@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 STARTED = "CUT_THEN_STOPPED_STARTED"
-WAIT_S = 120.0  # a bound against never: the cut comes at the 10 s graceful wait's end
+WAIT_S = 120.0  # a bound against never: the cut comes at the graceful wait's end
 
 
 def install() -> None:

@@ -4,7 +4,10 @@ tests' one way to run it (``test_shutdown_plan``, ``test_shutdown_stalled``, ``t
 holds behind the pause (or in its stuck call) and what the exit must show.
 
 The child gets the parent's environment less ``REDIS_URL`` and every ``ROLLOUT_*`` (a developer's
-shell must not change what the test runs), its command timeout, and a model dir of the test's own.
+shell must not change what the test runs), its command timeout, a model dir of the test's own, and a
+graceful wait of ``CUT_AFTER_S``: these tests state what the stop does once uvicorn has cut the
+requests in flight, not how long it waited first, and each waited out the default 10 s whole
+(ci54). A test of what happens during the wait gives ``graceful_s=None``: the default's.
 A child still running when the test fails is killed, so no ``serve`` outlives its test.
 """
 
@@ -27,18 +30,28 @@ from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 
 ROOT = Path(__file__).resolve().parents[3]
+CUT_AFTER_S = 1  # ROLLOUT_GRACEFUL_SHUTDOWN_S where the wait's length is not what a test states
 
 
 @contextmanager
 def serving(
-    module: str, redis_url: str, model_dir: Path, timeout_s: float, wait_s: float, **env: str
+    module: str,
+    redis_url: str,
+    model_dir: Path,
+    timeout_s: float,
+    wait_s: float,
+    graceful_s: int | None = CUT_AFTER_S,
+    **env: str,
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``python -m module serve`` on ``redis_url`` with the command timeout ``timeout_s`` and ``env``
-    added, once its ``/readyz`` answers 200 (within ``wait_s``): the process and its base URL."""
+    """``python -m module serve`` on ``redis_url`` with the command timeout ``timeout_s``, the graceful
+    wait ``graceful_s`` (None: the default) and ``env`` added, once its ``/readyz`` answers 200 (within
+    ``wait_s``): the process and its base URL."""
     child_env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     child_env.update(
         ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(model_dir), PYTHONPATH=str(ROOT), **env
     )
+    if graceful_s is not None:
+        child_env["ROLLOUT_GRACEFUL_SHUTDOWN_S"] = str(graceful_s)
     command = [sys.executable, "-m", module, "serve", "--redis-url", redis_url, "--port", "0"]
     proc = subprocess.Popen(
         command, cwd=ROOT, env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -95,9 +108,10 @@ def stopped_while_posting(
     wait_s: float,
     **env: str,
 ) -> tuple[subprocess.Popen[str], str]:
-    """``serving(module, ...)`` at a 1 s command timeout; ``post(url)`` in a thread, and SIGTERM once
-    the planted step has begun (``marker``): the ended process and its stderr, the poster joined."""
-    with serving(module, redis_url, model_dir, 1, wait_s, **env) as (proc, url):
+    """``serving(module, ...)`` at a 1 s command timeout and a graceful wait of ``CUT_AFTER_S``;
+    ``post(url)`` in a thread, and SIGTERM once the planted step has begun (``marker``): the ended
+    process and its stderr, the poster joined."""
+    with serving(module, redis_url, model_dir, 1, wait_s, CUT_AFTER_S, **env) as (proc, url):
         poster = threading.Thread(target=post, args=(url,), daemon=True)
         poster.start()
         began(marker, proc, wait_s)

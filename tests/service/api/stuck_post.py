@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import CUT_AFTER_S, began, serving
 from tests.service.api.stuck_call import JOINING, STARTED, URL
 from tests.service.api_helpers import batch_body
 
@@ -34,14 +34,19 @@ def post_stuck(url: str, wait_s: float) -> None:
 
 @contextlib.contextmanager
 def stopped_while_stuck(
-    redis_url: str, model_dir: Path, wait_s: float, first: signal.Signals
+    redis_url: str,
+    model_dir: Path,
+    wait_s: float,
+    first: signal.Signals,
+    graceful_s: int | None = CUT_AFTER_S,
 ) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
-    """``serve`` on ``redis_url`` (a 1 s command timeout) with a step posted whose publish never returns,
-    sent ``first`` once that call is under way (within ``wait_s``): the process, its base URL, and the
-    file its exit creates as it begins to join the stuck thread (``stuck_call``'s ``JOINING``)."""
+    """``serve`` on ``redis_url`` (a 1 s command timeout, the graceful wait ``graceful_s``: ``serving``'s)
+    with a step posted whose publish never returns, sent ``first`` once that call is under way (within
+    ``wait_s``): the process, its base URL, and the file its exit creates as it begins to join the
+    stuck thread (``stuck_call``'s ``JOINING``)."""
     started, joining = model_dir / "started", model_dir / "joining"
     planted = {STARTED: str(started), URL: redis_url, JOINING: str(joining)}
-    with serving(STUCK, redis_url, model_dir, 1, wait_s, **planted) as (proc, url):
+    with serving(STUCK, redis_url, model_dir, 1, wait_s, graceful_s, **planted) as (proc, url):
         post_stuck(url, wait_s)
         began(started, proc, wait_s)
         proc.send_signal(first)

@@ -27,7 +27,8 @@ WAIT_S = 90.0  # a bound against never, for a loaded host
 def test_a_second_ctrl_c_during_uvicorns_wait_is_one_warning_line_not_a_traceback(
     server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGINT) as (proc, url, _):
+    # the default graceful wait (10 s): the second Ctrl-C must come while uvicorn still waits
+    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGINT, graceful_s=None) as (proc, url, _):
         closed(url, WAIT_S)
         proc.send_signal(signal.SIGINT)
         _, logged = proc.communicate(timeout=WAIT_S)

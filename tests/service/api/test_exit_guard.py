@@ -22,13 +22,13 @@ import pytest
 from service.api import exit_guard
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, arm
 from service.embedded import EmbeddedServer
-from tests.service.api.stopped_child import began, serving
+from tests.service.api.stopped_child import CUT_AFTER_S, began, serving
 from tests.service.api.stuck_call import STARTED, URL
 from tests.service.api.stuck_post import post_stuck
 
 pytestmark = pytest.mark.slow
 STUCK = "tests.service.api.stuck_call"  # serve, its publish a call that never returns
-WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
+WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the graceful wait
 
 
 def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
@@ -36,7 +36,7 @@ def test_a_planning_thread_in_a_call_that_never_returns_does_not_hold_the_exit(
 ) -> None:
     started = tmp_path / "started"
     planted = {STARTED: str(started), URL: server.url}  # where the stuck call says it began, its server
-    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, **planted) as (proc, url):
+    with serving(STUCK, server.url, tmp_path, 1, WAIT_S, CUT_AFTER_S, **planted) as (proc, url):
         post_stuck(url, WAIT_S)
         began(started, proc, WAIT_S)
         proc.send_signal(signal.SIGTERM)

@@ -35,7 +35,7 @@ from tests.service.api.stuck_post import stopped_while_stuck
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
-WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the 10 s grace
+WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the graceful wait
 # the embedded case's command timeout: the guard's bound is 4 of them (12 s) past the app's stop, far
 # past the test's steps between its first signal and its third, so the guard does not fire first
 STALLED_TIMEOUT_S = 3
@@ -76,7 +76,8 @@ def test_three_signals_during_uvicorns_wait_end_the_process_at_the_third(
     """uvicorn's handler hears the stop signals while it waits for the request in flight (stuck for
     good): the third ends the process then, as ``exit_cleanly``'s third does, not the guard's bound
     after the graceful wait. Counted apart, uvicorn's three were one (exit53)."""
-    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGTERM) as (proc, url, _):
+    # the default graceful wait (10 s): the second and third signals must come while uvicorn waits
+    with stopped_while_stuck(server.url, tmp_path, WAIT_S, signal.SIGTERM, graceful_s=None) as (proc, url, _):
         closed(url, WAIT_S)  # uvicorn heard the first: its wait for the stuck request is under way
         proc.send_signal(signal.SIGTERM)
         _said(proc, SECOND_SIGNAL_LOG)  # heard apart from the third, not merged with it while pending

@@ -200,6 +200,17 @@ def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.Mo
     assert settings.trainer_token_list() == ["a", "b"]
 
 
+def test_the_graceful_wait_comes_from_its_variable_and_is_a_second_at_least(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0 would cut every request in flight at the signal (uvicorn's timeout of 0), a setting that reads
+    as "no wait" or "off" and loses the requests a rolling restart is meant to let finish."""
+    monkeypatch.setenv("ROLLOUT_GRACEFUL_SHUTDOWN_S", "3")
+    assert Settings().graceful_shutdown_s == 3
+    with pytest.raises(ValueError, match="graceful_shutdown_s"):
+        Settings(graceful_shutdown_s=0)
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.commands.serve import GRACEFUL_SHUTDOWN_S
+from service.settings import Settings
 from tests.service.api.slow_plan import STARTED
 from tests.service.api.stopped_child import ROOT, began
 from tests.service.api_helpers import batch_body
@@ -37,9 +37,10 @@ pytestmark = [
 ]
 SLOW_SERVE = "tests.service.api.slow_plan"  # ``serve`` whose lpt plan spends its budget in checked parts
 WAIT_S = 120.0  # a bound against never, for a loaded host
-# The plan's budget: it runs past the signal, and ends well within the graceful wait (10 s), so that
-# the step is published during the stop, not cut by it.
-BUDGET_MS = GRACEFUL_SHUTDOWN_S * 1000 // 4
+# The plan's budget: it runs past the signal, and ends well within the default graceful wait (10 s,
+# ROLLOUT_GRACEFUL_SHUTDOWN_S unset here), so that the step is published during the stop, not cut by
+# it: the test of what the default's wait gives a request in flight.
+BUDGET_MS = Settings.model_fields["graceful_shutdown_s"].default * 1000 // 4
 REFUSED = "Connection refused"
 
 

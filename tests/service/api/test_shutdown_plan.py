@@ -1,7 +1,8 @@
 """A replica's SIGTERM while a plan runs and its Redis does not answer (``service/api/stopping.py``).
 
-uvicorn waits 10 s for the request and cancels its handler; the plan ran on its planning thread to its
-budget (60 s here), published, and took its mark back, and the process's exit waited for all of it.
+uvicorn waits for the request (10 s by default; 1 s here, ``stopped_child.CUT_AFTER_S``) and cancels
+its handler; the plan ran on its planning thread to its budget (60 s here), published, and took its
+mark back, and the process's exit waited for all of it.
 Now the app's stop sets the signal the planner checks between its parts: the plan gives up, nothing
 is published, and its take-back runs on a daemon the stop waits for one command timeout at most.
 
@@ -27,7 +28,7 @@ from service.api.stopping import GIVEN_UP_LOG
 from service.delivery import Delivery
 from service.embedded import EmbeddedServer
 from tests.service.api.slow_plan import STARTED
-from tests.service.api.stopped_child import serving, stopped_under_pause
+from tests.service.api.stopped_child import CUT_AFTER_S, serving, stopped_under_pause
 from tests.service.api_helpers import batch_body
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,8 @@ def _stopped_mid_plan(server: EmbeddedServer, tmp_path: Path) -> tuple[str, bool
     client = redis.Redis.from_url(server.url)
     answers: list[object] = []
     try:
-        with serving(SLOW_SERVE, server.url, tmp_path, 1.0, WAIT_S, **{STARTED: str(started)}) as (proc, url):
+        planted = {STARTED: str(started)}
+        with serving(SLOW_SERVE, server.url, tmp_path, 1.0, WAIT_S, CUT_AFTER_S, **planted) as (proc, url):
             post = threading.Thread(target=_post, args=(url, answers), daemon=True)
             post.start()
             deadline = time.monotonic() + WAIT_S
