@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from service.delivery import Delivery, keys
 from service.delivery.reaper import reap_all
+from service.delivery.retries import short_retry
 from service.sidecar.holdings import Holdings, lease_id
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, partly_served, serve, serve_everywhere, slot_of, unserve
@@ -38,8 +40,15 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _session(cluster: LocalCluster) -> WorkerSession:
-    return WorkerSession(Delivery(cluster.client()), Holdings(4), SessionSettings("w"))
+def _session(cluster: LocalCluster, client: RedisCluster | None = None) -> WorkerSession:
+    return WorkerSession(Delivery(client or cluster.client()), Holdings(4), SessionSettings("w"))
+
+
+def _as_deployed(cluster: LocalCluster) -> RedisCluster:
+    """A cluster client with the retries the service's and the sidecar's have (``short_retry``), not
+    redis-py's default, whose 1-10 s backoffs after each refused connection to a killed master made
+    most of this module's longest test (20 s; the walks and what they assert are the same)."""
+    return RedisCluster(startup_nodes=cluster.startup_nodes, decode_responses=True, retry=short_retry())
 
 
 def _publish_both(cluster: LocalCluster, ttl_ms: int = 60_000) -> None:
@@ -138,7 +147,7 @@ def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper(
         indexes = {_owner(cluster, keys.inbox("w")), _owner(cluster, keys.active_index())}
         dead = next(node for node in cluster.nodes if node.port not in indexes)
         down, up = _on(cluster, "a", dead.port, True), _on(cluster, "z", dead.port, False)
-        delivery = Delivery(cluster.client())
+        delivery = Delivery(_as_deployed(cluster))
         for sid, n in ((down, 2), (up, 4)):  # claimed, heartbeated and due for reaping in this order
             publish(delivery, sid, {"w": [item(sid, i, 5) for i in range(n)]}, lease_ttl_ms=60_000)
             time.sleep(0.002)
@@ -147,7 +156,7 @@ def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper(
             publish(delivery, sid, {"x": [item(sid, 0, 5)]}, lease_ttl_ms=100)
             delivery.claim(sid, "x", 1)
             time.sleep(0.002)
-        session = _session(cluster)
+        session = _session(cluster, _as_deployed(cluster))
         held = {h.lease.key: h for h in asyncio.run(session.claim(4))}
         assert sorted(held) == [f"{down}#0", f"{down}#1", f"{up}#0", f"{up}#1"]
         before = held[f"{up}#0"].lease.deadline_ms
