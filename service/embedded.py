@@ -33,7 +33,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from service.embedded_spawn import spawn
+from service.embedded_spawn import how_it_ended, spawn
 from service.embedded_watch import Watch
 from service.ports import free_port
 
@@ -185,6 +185,7 @@ class EmbeddedServer:
     appendonly: bool = False  # AOF persistence (restart tests turn it on)
     extra_args: tuple[str, ...] = ()  # e.g. ("--cluster-enabled", "yes")
     data_dir: Path | None = None  # kept across restarts so AOF replays; temp dir when None
+    binary: str | None = None  # the server's binary, used as given; ``find_server_binary`` when None
     _held: _Held = field(default_factory=_Held, init=False, repr=False, compare=False)
     _release: weakref.finalize = field(init=False, repr=False, compare=False)  # type: ignore[type-arg]
 
@@ -234,7 +235,7 @@ class EmbeddedServer:
 
     def _launch(self, timeout_s: float) -> None:
         args = [
-            find_server_binary(),
+            self.binary or find_server_binary(),
             "--port",
             str(self.port),
             "--bind",
@@ -252,17 +253,31 @@ class EmbeddedServer:
             *self.extra_args,
         ]
         held = self._held
+        stderr = self._stderr()
         try:
             # the watcher first: armed at the fork, no end of the owner leaves the server unwatched
             held.watch = watch = Watch.before(held.tmp_dir)
             assert watch.told is not None
-            spawn(watch.telling(args), held, stdout=watch.told)
+            spawn(watch.telling(args), held, stdout=watch.told, stderr=stderr)
             assert held.proc is not None
             watch.spawned(held.proc.pid)
             self._wait_ready(timeout_s)
         except BaseException:  # a server that never answered must not outlive the failed start
             held.end_process()
             raise
+        finally:
+            os.close(stderr)
+
+    def _stderr(self) -> int:
+        """The start's stderr: the server's log, opened to append (as the server writes it), so that a
+        start that never became the server says why where its error reads (``sh: 1: exec: ...: not
+        found``), as does a server that ends before it opens its log (a bad argument). It went to
+        /dev/null, and the error named no reason (review53d)."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            return os.open(self.log_path, flags, 0o600)
+        except OSError as error:
+            raise EmbeddedServerError(f"valkey-server's log cannot be written: {error}") from error
 
     @property
     def log_path(self) -> Path:
@@ -279,12 +294,7 @@ class EmbeddedServer:
         try:
             while time.monotonic() < deadline:
                 if self._held.ended():  # left unreaped for ``_launch`` to disarm the watcher first
-                    log = self.log_path.read_text() if self.log_path.exists() else ""
-                    last = log.strip().splitlines()[-3:]
-                    taken = "address already in use" in log.lower()
-                    raise (PortTakenError if taken else EmbeddedServerError)(
-                        f"valkey-server exited at start: {' | '.join(last)}"
-                    )
+                    raise self._ended_at_start()
                 try:
                     # the server that answers must be ours: another one may hold the port
                     if client.ping() and self._ours(client):
@@ -295,6 +305,18 @@ class EmbeddedServer:
         finally:
             client.close()
         raise EmbeddedServerError(f"valkey-server did not answer on port {self.port} in {timeout_s}s")
+
+    def _ended_at_start(self) -> EmbeddedServerError:
+        """The error of a server that ended before it answered: how it ended (``how_it_ended``: the
+        status 127 of a binary not found) and its log's last lines, where its start's stderr went too."""
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        last = log.strip().splitlines()[-3:]
+        taken = "address already in use" in log.lower()
+        proc = self._held.proc
+        how = how_it_ended(proc.pid) if proc is not None else ""
+        return (PortTakenError if taken else EmbeddedServerError)(
+            f"valkey-server exited at start{f' ({how})' if how else ''}: {' | '.join(last)}"
+        )
 
     def _ours(self, client: redis.Redis) -> bool:
         info = client.info("server")

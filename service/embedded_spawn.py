@@ -8,9 +8,16 @@ start may lose it (review52a found two that did).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
 from typing import Protocol
+
+# What the exit status of a start that never became the server says (``Watch.telling``'s shell, by
+# POSIX's rule for a command it cannot run): the binary is not there, or is there and the kernel would
+# not run it (no execute permission, a noexec mount, another architecture's binary).
+NOT_RUN = {127: "its binary not found", 126: "its binary found but not executable"}
 
 
 class Holder(Protocol):
@@ -19,7 +26,9 @@ class Holder(Protocol):
     proc: subprocess.Popen[bytes] | None
 
 
-def spawn(args: list[str], held: Holder, stdout: int = subprocess.DEVNULL) -> None:
+def spawn(
+    args: list[str], held: Holder, stdout: int = subprocess.DEVNULL, stderr: int = subprocess.DEVNULL
+) -> None:
     """Start the server as ``held.proc``, in a session of its own, as its watcher is: Ctrl-C and a
     ``kill`` of the owner's process group (``make run``'s) reached the server too, which ended at once,
     while the owner's graceful stop still wrote to it (a step's publish, a mark's take-back: each met
@@ -37,11 +46,13 @@ def spawn(args: list[str], held: Holder, stdout: int = subprocess.DEVNULL) -> No
     a thread that still runs as ended (bpo-45274's cleanup), and the server was lost again.
 
     ``stdout``: the server's start's stdout (its watcher's pipe for its pid, which the caller started
-    first: ``embedded_watch.Watch.before``); the server's own is /dev/null."""
+    first: ``embedded_watch.Watch.before``); the server's own is /dev/null. ``stderr``: the start's and
+    the server's (the server's log: what a start that never became the server said, why a server
+    ended before its log was open)."""
     handoff = _Handoff(held)
     interrupted: BaseException | None = None
     try:
-        threading.Thread(target=handoff.start, args=(args, stdout), name="embedded-spawn").start()
+        threading.Thread(target=handoff.start, args=(args, stdout, stderr), name="embedded-spawn").start()
         while not handoff.done.is_set():
             try:
                 handoff.done.wait()
@@ -68,13 +79,13 @@ class _Handoff:
         self._lock = threading.Lock()
         self._abandoned = False
 
-    def start(self, args: list[str], stdout: int) -> None:
+    def start(self, args: list[str], stdout: int, stderr: int) -> None:
         """The thread: start the server and hand it to ``held``, or end it where the owner has left."""
         try:
             proc = subprocess.Popen(
                 args,
                 stdout=stdout,
-                stderr=subprocess.DEVNULL,
+                stderr=stderr,
                 start_new_session=True,
             )
         except BaseException as error:  # handed to the main thread: raised there
@@ -94,3 +105,29 @@ class _Handoff:
         """The owner waits no more: a server ``start`` has not handed over yet is the thread's to end."""
         with self._lock:
             self._abandoned = True
+
+
+def how_it_ended(pid: int) -> str:
+    """How our ended child ``pid``, a server's start, ended, for the error that says it ended at start:
+    ``status 127: its binary not found`` (``NOT_RUN``), ``status 1``, ``SIGKILL``; "" where it is not
+    known yet (its last thread still ending) or any more (reaped elsewhere). Asked without reaping it
+    (``WNOWAIT``): its owner reaps it only once its watcher is disarmed (``embedded._Held.ended``).
+    Its shell's stderr says the same in words (``sh: 1: exec: ...: not found``), where it has one.
+
+    Why. The start is a shell that ``exec``s the server (``embedded_watch.TELL``, review53d): a binary
+    that cannot be run ends the shell, 127 or 126, where ``Popen`` of the binary itself had raised an
+    ``OSError`` naming it, and the start's error named no reason (``valkey-server exited at start: ``,
+    nothing after it)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return ""
+    if info is None:
+        return ""
+    if info.si_code != os.CLD_EXITED:  # killed by a signal, or dumped its core
+        try:
+            return signal.Signals(info.si_status).name
+        except ValueError:  # a real-time signal: no name
+            return f"signal {info.si_status}"
+    meaning = NOT_RUN.get(info.si_status)
+    return f"status {info.si_status}" + (f": {meaning}" if meaning else "")

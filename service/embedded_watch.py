@@ -126,7 +126,8 @@ if pidfd >= 0 and tmp_dir:
 # (``exec``: the same pid, the owner's child still), its stdout /dev/null, the pipe closed. A shell,
 # not ``python -I -S``: ~45 ms less at each start on this host, alternated (review53d); its pipe is
 # its stdout because dash redirects no descriptor above 9 (``>&12``: "Bad fd number"). A server that
-# cannot be exec'd ends the shell (126, 127), its line to /dev/null, as python's traceback was.
+# cannot be exec'd ends the shell, 127 (not found) or 126 (not executable), its line on its stderr,
+# the server's log, which the start's error quotes with the status (``EmbeddedServer._ended_at_start``).
 TELL = 'echo $$ && exec "$@" >/dev/null'
 SHELL = "/bin/sh"
 

@@ -1,0 +1,68 @@
+"""A server whose start never became the server fails its owner's ``start`` saying why, and leaves
+nothing of its start behind: no watcher, no pipe, no thread.
+
+The start is a shell that tells the watcher its pid, then ``exec``s the server
+(``embedded_watch.TELL``): a binary that cannot be run ends the shell, 127 (not there) or 126 (not
+executable), and with the start's stderr at /dev/null the error read ``valkey-server exited at
+start: `` with nothing after it, where ``Popen`` of the binary itself had named the path (review53d).
+The start's stderr is now the server's log, read into that error, with the status's meaning. A
+``Popen`` that fails (fork refused, EAGAIN at the process limit; no shell) fails after the watcher
+and its two pipes were made, which the failed start ends and closes.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from pathlib import Path
+
+import pytest
+
+from service.embedded import EmbeddedServer, EmbeddedServerError
+from tests.service.procfs import children, open_fds
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc (Linux)")
+
+
+def _held() -> tuple[set[int], set[int], list[str]]:
+    """This process's descriptors, children and threads."""
+    return open_fds(), children(), sorted(t.name for t in threading.enumerate())
+
+
+def _failed_start(server: EmbeddedServer, error: type[Exception] = EmbeddedServerError) -> str:
+    """``server``'s start's error, once it is shown to leave nothing of the start behind (before the
+    ``stop`` that removes its temporary dir)."""
+    gc.collect()  # earlier tests' garbage, collected mid-test, would close descriptors of its own
+    before = _held()
+    try:
+        with pytest.raises(error) as failed:
+            server.start()
+        assert _held() == before, "a descriptor, child or thread of the failed start is left"
+    finally:
+        server.stop()
+    return str(failed.value)
+
+
+def test_a_binary_that_is_not_there_fails_the_start_with_127_and_the_shells_words(tmp_path: Path) -> None:
+    binary = tmp_path / "valkey-server"
+    said = _failed_start(EmbeddedServer(binary=str(binary)))
+    assert "(status 127: its binary not found)" in said, said
+    assert f"{binary}: not found" in said, said  # the shell's words
+
+
+def test_a_binary_that_is_not_executable_fails_the_start_with_126_and_the_shells_words(
+    tmp_path: Path,
+) -> None:
+    binary = tmp_path / "valkey-server"
+    binary.write_text("not a program")
+    binary.chmod(0o644)
+    said = _failed_start(EmbeddedServer(binary=str(binary)))
+    assert "(status 126: its binary found but not executable)" in said, said
+    assert f"{binary}: Permission denied" in said, said
+
+
+def test_a_server_that_refuses_its_arguments_fails_the_start_with_its_own_lines() -> None:
+    """valkey-server says a bad argument on its stderr, before it opens its log: the log now."""
+    said = _failed_start(EmbeddedServer(extra_args=("--no-such-directive", "1")))
+    assert "(status 1)" in said, said
+    assert "Bad directive or wrong number of arguments" in said, said
