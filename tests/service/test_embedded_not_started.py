@@ -12,12 +12,16 @@ and its two pipes were made, which the failed start ends and closes.
 
 from __future__ import annotations
 
+import errno
 import gc
+import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from service import embedded_watch
 from service.embedded import EmbeddedServer, EmbeddedServerError
 from tests.service.procfs import children, open_fds
 
@@ -66,3 +70,39 @@ def test_a_server_that_refuses_its_arguments_fails_the_start_with_its_own_lines(
     said = _failed_start(EmbeddedServer(extra_args=("--no-such-directive", "1")))
     assert "(status 1)" in said, said
     assert "Bad directive or wrong number of arguments" in said, said
+
+
+def _fork_refused(monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """``Popen`` raises fork's EAGAIN (a process limit reached) for the command whose first word or
+    script is ``refused``, and starts every other one."""
+    real = subprocess.Popen
+
+    def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        if refused in args[:5]:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+
+
+def test_a_start_whose_servers_fork_is_refused_leaves_no_watcher_nor_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watcher is started, armed, with its two pipes, before the server's ``Popen``
+    (``Watch.before``), which then fails."""
+    _fork_refused(monkeypatch, embedded_watch.SHELL)
+    _failed_start(EmbeddedServer(), BlockingIOError)
+
+
+def test_a_start_whose_shell_is_not_there_leaves_no_watcher_nor_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real ``Popen`` that fails after its fork: the exec of the server's start finds no shell."""
+    monkeypatch.setattr(embedded_watch, "SHELL", str(tmp_path / "sh"))
+    _failed_start(EmbeddedServer(), FileNotFoundError)
+
+
+def test_a_start_whose_watchers_fork_is_refused_leaves_no_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first ``Popen`` of the start fails: no server is started without its watcher."""
+    _fork_refused(monkeypatch, embedded_watch.WATCHER)
+    _failed_start(EmbeddedServer(), BlockingIOError)
