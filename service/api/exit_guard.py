@@ -47,7 +47,10 @@ decision), and the process ended 0 before its bound, a server orphaned where a t
 again. The third (counted with those uvicorn heard during its wait: ``service/serving.py``, exit53) is
 the user's word that the exit may be cut: ``force`` ends the process now as a
 passed bound does, its WARNING (``SIGNALLED_LOG``), its last acts, ``FORCED_STATUS``; a guard fired
-already, or an exit decided already, is left to end as it does.
+already, or an exit decided already, is left to end as it does. From that decision on, SIGINT and
+SIGTERM are ignored (``_keep_the_status``): in the interpreter's finalization after the ``atexit``
+hooks, where Python handles no signal, one killed the process by it (-15, -2) whatever had been
+decided (exit54).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import atexit
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +135,27 @@ def _at_the_exits_end() -> None:
     elif fired and guard is not None:
         guard.join(LAST_ACTS_S + 1.0)  # its ``os._exit`` ends the process here
         os._exit(FORCED_STATUS)
+    elif _enabled:
+        _keep_the_status()
+
+
+def _keep_the_status() -> None:
+    """The status decided (the exit's waits ended within the bound: 0, or the exit's own, ``serve``'s
+    3 where it never served): ignore SIGINT and SIGTERM from here to the process's end, so that no stop
+    signal changes it. After the ``atexit`` hooks the interpreter restores the default action of every
+    signal it handled (``_PySignal_Fini``) and tears its modules down, 1.2-2.2 s for ``serve``'s on
+    the 2-core host at load 13-27 (a bare interpreter's, 20-80 ms): a third stop signal landing there
+    (a user's Ctrl-C, a supervisor's second SIGTERM) killed the process by the signal, -15 (143) or
+    -2 (130), a crash's status where the third is documented to force 70 and a decided exit to end as
+    decided (exit54). An ignored signal stays ignored through that restore. Not forced at a third:
+    the waits are all done, the server stopped, and only the interpreter's teardown is left; nor ended
+    here with ``os._exit``, which would skip that teardown's hooks (those registered before this
+    module's) and cannot know the status the interpreter holds (3, a ``serve`` that never served).
+    The cost: a teardown that hangs is ended by SIGKILL alone (the kubelet's, systemd's at their
+    timeouts). Only on the main thread, which runs the ``atexit`` hooks (a handler is set there only)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 atexit.register(_at_the_exits_end)

@@ -1,5 +1,6 @@
-"""The exit guard with its sleep and its ``os._exit`` stood in for (the guard itself ends the process):
-what the arm and last-act tests share."""
+"""The exit guard with its sleep, its ``os._exit`` and its ignoring of the stop signals stood in for (the
+guard itself ends the process; ignored, SIGINT and SIGTERM would stay so in the test's process): what the
+arm and last-act tests share."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from service.api import exit_guard
 
 
 class Stand:
-    """The guard's ``time.sleep``, ``time.monotonic`` and ``os._exit``: what it slept, the clock a test
-    moves (``now``), and the status it ended with."""
+    """The guard's ``time.sleep``, ``time.monotonic``, ``os._exit`` and ``_keep_the_status``: what it
+    slept, the clock a test moves (``now``), the status it ended with, and how often it kept one."""
 
     def __init__(self) -> None:
         self.slept: list[float] = []
         self.status: list[int] = []
         self.now = 0.0
+        self.kept = 0
+
+    def keep(self) -> None:
+        self.kept += 1
 
     def monotonic(self) -> float:
         return self.now
@@ -35,6 +40,7 @@ def stood_guard(monkeypatch: pytest.MonkeyPatch) -> Stand:
     stood = Stand()
     monkeypatch.setattr(exit_guard, "time", SimpleNamespace(sleep=stood.sleep, monotonic=stood.monotonic))
     monkeypatch.setattr(exit_guard, "os", SimpleNamespace(_exit=stood.exit))
+    monkeypatch.setattr(exit_guard, "_keep_the_status", stood.keep)
     monkeypatch.setattr(exit_guard, "_enabled", True)
     monkeypatch.setattr(exit_guard, "_armed", None)
     monkeypatch.setattr(exit_guard, "_fired", threading.Event())

@@ -91,7 +91,7 @@ def test_an_exit_after_the_guard_fired_waits_for_it_then_ends_forced(stand: Stan
     exit_guard._armed = guard  # monkeypatched back by the fixture
     exit_guard._at_the_exits_end()
     assert not guard.is_alive()  # waited for the guard's acts
-    assert stand.status == [exit_guard.FORCED_STATUS] * 2
+    assert (stand.status, stand.kept) == ([exit_guard.FORCED_STATUS] * 2, 0)
 
 
 def test_an_exit_before_the_guard_fired_is_not_ended_by_it(stand: Stand) -> None:
@@ -99,7 +99,7 @@ def test_an_exit_before_the_guard_fired_is_not_ended_by_it(stand: Stand) -> None
     guard.start()
     exit_guard._armed = guard
     exit_guard._at_the_exits_end()
-    assert stand.status == []  # an ordinary exit keeps its own status
+    assert (stand.status, stand.kept) == ([], 1)  # an ordinary exit keeps its own status
 
 
 def test_enabling_again_keeps_the_last_calls_acts(monkeypatch: pytest.MonkeyPatch) -> None:
