@@ -60,6 +60,9 @@ WATCHER_EXIT_S = 10.0  # wait for a disarmed watcher to exit before SIGKILL (it 
 # minute (one slower to end keeps it). Ctrl-C and a closed terminal reach the whole process group, of
 # which its owner may die: the watcher runs in a session of its own, out of their reach, as its server
 # does, and ignores both as well (a ``kill`` of a group it was put in).
+# A pid of 0 or below is never the server's: ``kill`` would take it for the watcher's own group, or,
+# at -1, for every process it may signal (a slip that ended every process in the container: mutants54's
+# W4); with no pidfd, such a pid ends the watcher before any signal.
 WATCHER = """
 import os, select, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -105,6 +108,8 @@ if told >= 0:
     if pid < 0:
         sys.exit(0)
     pidfd = opened(pid)
+if pidfd < 0 and pid <= 0:
+    sys.exit(0)
 for signum in (signal.SIGTERM, signal.SIGCONT):
     try:
         if pidfd >= 0:
