@@ -41,7 +41,11 @@ def serve(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (env ROLLOUT_PORT, default 8000).")] = None,
     redis_url: Annotated[
-        str | None, typer.Option(help="redis:// or rediss:// URL (env REDIS_URL, default embedded server).")
+        str | None,
+        typer.Option(
+            help="redis://, rediss:// or unix:// URL (env REDIS_URL, else ROLLOUT_REDIS_URL; default an"
+            " embedded server)."
+        ),
     ] = None,
     redis_cluster: Annotated[
         bool | None,

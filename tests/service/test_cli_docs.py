@@ -1,12 +1,15 @@
 """The docs and the command line agree: every command line the docs show parses as far as its flags
 go, and every command and option the CLI has appears in some command line of the docs. A command
-quoted in prose without the program's name (README's ``bench service --url``) is one of those lines."""
+quoted in prose without the program's name (README's ``bench service --url``) is one of those lines.
+What ``--help`` says of a Redis URL is what the README's settings table says of ``REDIS_URL``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import typer
+from typer.core import TyperGroup
 
 from tests.service.cli_docs import (
     HELP,
@@ -96,3 +99,33 @@ def test_a_lone_command_name_in_prose_is_a_word_not_a_command_line(cli: typer.Ty
     readme = ROOT.joinpath("README.md").read_text().splitlines()
     number = next(n for n, text in enumerate(readme, 1) if "`serve` reads `REDIS_URL` too" in text)
     assert [line for line in _doc_lines(tree) if line.where == f"README.md:{number}"] == []
+
+
+def _redis_url_helps(cli: typer.Typer) -> dict[str, str]:
+    """Each command's ``--redis-url`` option -> its ``--help`` text."""
+    helps: dict[str, str] = {}
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        for param in getattr(command, "params", []):
+            if param.param_type_name == "option" and "--redis-url" in param.opts:
+                helps[" ".join(path)] = getattr(param, "help", None) or ""
+        if isinstance(command, TyperGroup):
+            for name, sub in command.commands.items():
+                walk(sub, (*path, name))
+
+    walk(typer.main.get_command(cli), ())
+    return helps
+
+
+def test_a_redis_url_help_that_names_schemes_names_every_one_the_readme_does(cli: typer.Typer) -> None:
+    """``serve --help`` said ``redis:// or rediss:// URL`` while the README's ``REDIS_URL`` row (and
+    ``service/redis_conn.py``) takes ``unix://`` too: a user reading the help would not try a socket.
+    A help that names no scheme (the sidecar's: "the service's") says nothing to hold."""
+    readme = (ROOT / "README.md").read_text().splitlines()
+    (row,) = [line for line in readme if line.startswith("| `REDIS_URL`")]
+    documented = set(re.findall(r"`([a-z]+)://`", row))
+    assert documented == {"redis", "rediss", "unix"}
+    helps = _redis_url_helps(cli)
+    assert "serve" in helps
+    named = {command: set(re.findall(r"\b([a-z]+)://", text)) for command, text in helps.items()}
+    assert {command: schemes for command, schemes in named.items() if schemes and schemes != documented} == {}
