@@ -32,7 +32,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,8 @@ class Retrainer:
         # after the other, never both; reentrant, as a handler may log while it outputs a line
         self._said = threading.RLock()
         self._abandoned = False  # the stop stopped waiting for a retrain: its lines are dropped
-        # the retrain's thread past its fence, until it ended (``_end``): its version is stored, stop or not
+        # the retrain's thread past its fence, until its last line (``_done``, ``_end``): its version is
+        # stored, stop or not
         self._storing: threading.Thread | None = None
         self._background_ended = True  # the automatic retrain's thread said its last line (``_end``)
 
@@ -109,55 +111,74 @@ class Retrainer:
         fails logs one ``retrain failed`` line with its reason (``_failure``), on either trigger.
         ``step``: the step whose first plan started it (``after_step``), before which every step is
         complete; None for one asked for (``ModelService.retrain`` then reads the step planned last)."""
-        try:
-            return self._retrain(trigger, step)
-        finally:
-            self._end(background=False)
+        return self._retrain(trigger, step, background=False)
 
-    def _end(self, background: bool) -> None:
-        """A retrain's thread ends, its last line said: one step for ``stop``, which otherwise took a
-        retrain that had stored its version and ended for one still running that stores none (stopline53)."""
+    def _end(self) -> None:
+        """The automatic retrain's thread ends, its last line said: one step for ``stop``, which
+        otherwise took a retrain that had stored its version and ended for one still running that
+        stores none (stopline53)."""
         with self._said:
             if self._storing is threading.current_thread():
                 self._storing = None
-            if background:
-                self._background_ended = True
+            self._background_ended = True
 
-    def _retrain(self, trigger: str, step: int | None) -> RetrainResult:
+    def _retrain(self, trigger: str, step: int | None, background: bool) -> RetrainResult:
+        """One retrain, its outcome counted and said in one line (``retrain_now``). That line and
+        ``_running``'s release are one step under ``_said`` (``_done``): ``stop`` decides by
+        ``_running`` whether a retrain asked for still runs, and a stop that took it between the
+        release and ``retrain done`` answered that none ran, then the line came after it (learn54)."""
         if not self._running.acquire(blocking=False):
             self._metrics.retrains.labels("busy").inc()
             raise ConflictError("a retrain is already running in this replica")
         try:
             with cutoff.checking(self._unless_halted), muted_once(self._said, lambda: self._abandoned):
                 result = self._locked_retrain(step)
-        except ConflictError:
-            raise  # counted where it was decided
-        except RetrainStoppedError as error:
+        except BaseException as error:
+            with self._done(background):
+                self._say_failed(trigger, error)
+            raise
+        with self._done(background):
+            self._say(
+                logging.INFO,
+                "retrain done",
+                extra={
+                    "trigger": trigger,
+                    "model_version": result.version,
+                    "history_rows": result.history_rows,
+                    "seconds": round(result.seconds, 3),
+                },
+            )
+        return result
+
+    @contextmanager
+    def _done(self, background: bool) -> Iterator[None]:
+        """Within: a retrain's outcome line; after it, in the same hold of ``_said``, ``_running``
+        free, and a retrain asked for, past its fence, no longer storing (its thread says no more).
+        The automatic one's thread may still say ``automatic retrain skipped``: it stays
+        ``_storing`` until its end (``_end``), which ``stop`` waits for (``_under_way``)."""
+        with self._said:
+            try:
+                yield
+            finally:
+                self._running.release()
+                if not background and self._storing is threading.current_thread():
+                    self._storing = None
+
+    def _say_failed(self, trigger: str, error: BaseException) -> None:
+        """The one line of a retrain that stored nothing, counted by outcome: a ``ConflictError`` was
+        counted where it was decided and says nothing (a request's 409 says it; the automatic one's
+        ``automatic retrain skipped``)."""
+        if isinstance(error, RetrainStoppedError):
             self._metrics.retrains.labels("stopped").inc()
             self._say(logging.INFO, "retrain stopped: %s", error.detail, extra={"trigger": trigger})
             mark_logged(error)
-            raise
-        except Exception as error:
+        elif isinstance(error, Exception) and not isinstance(error, ConflictError):
             self._metrics.retrains.labels("error").inc()
             reason, traceback = _failure(trigger, error)
             self._say(
                 logging.ERROR, "retrain failed: %s", reason, extra={"trigger": trigger}, exc_info=traceback
             )
             mark_logged(error)  # the request's answer does not log it again
-            raise
-        finally:
-            self._running.release()  # ``_storing`` stays until the last line (``_end``)
-        self._say(
-            logging.INFO,
-            "retrain done",
-            extra={
-                "trigger": trigger,
-                "model_version": result.version,
-                "history_rows": result.history_rows,
-                "seconds": round(result.seconds, 3),
-            },
-        )
-        return result
 
     def _locked_retrain(self, step: int | None) -> RetrainResult:
         self._unless_halted()
@@ -195,7 +216,7 @@ class Retrainer:
             if not passed:
                 with self._said:  # the halt's check and ``_storing`` are one step for ``stop``'s line
                     self._unless_halted()
-                    self._storing = threading.current_thread()  # until its thread ends (``_end``)
+                    self._storing = threading.current_thread()  # until its last line (``_done``, ``_end``)
                     passed = True
             self.lock.still_held(token)
 
@@ -218,7 +239,9 @@ class Retrainer:
         runs is abandoned: it stores nothing (its fence checks the halt) unless it was past its
         fence, storing its version (``_fence``), this says so once, saying which, and none of its
         lines come after that one (``_say``). Whether it still runs is decided again under the lock
-        that line is said under: one that ended while the stop waited for that lock is none (``_end``)."""
+        that line is said under: one that ended while the stop waited for that lock is none (``_end``).
+        A retrain asked for frees ``_running`` only with its last line said (``_done``): a stop that
+        takes it answers True with every line of that retrain before its answer."""
         self.halt()
         until = time.monotonic() + timeout_s
         idle = self._running.acquire(timeout=timeout_s)
@@ -242,8 +265,8 @@ class Retrainer:
         return idle
 
     def _under_way(self, background: threading.Thread | None) -> bool:
-        """Whether a retrain has not ended (``_end``), read under ``_said``: one holds ``_running``, or
-        is past its fence, or the automatic one's thread has not said its last line."""
+        """Whether a retrain has not ended (``_done``, ``_end``), read under ``_said``: one holds
+        ``_running``, or is past its fence, or the automatic one's thread has not said its last line."""
         pending = background is not None and background.is_alive() and not self._background_ended
         return self._running.locked() or self._storing is not None or pending
 
@@ -286,13 +309,13 @@ class Retrainer:
 
     def _background(self, step: int) -> None:
         try:
-            self._retrain("step", step)  # the steps before ``step`` are complete
+            self._retrain("step", step, background=True)  # the steps before ``step`` are complete
         except ConflictError as error:
             self._say(logging.INFO, "automatic retrain skipped: %s", error.detail)
         except Exception:
             return  # counted and logged ("retrain failed", "retrain stopped") by _retrain
         finally:
-            self._end(background=True)
+            self._end()
 
 
 def _failure(trigger: str, error: Exception) -> tuple[str, bool]:
