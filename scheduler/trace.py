@@ -45,6 +45,27 @@ MINIMUM = {"step": 0, "sample_idx": 0, "prompt_tokens": 1, "output_tokens": 1, "
 BELOW_MINIMUM = {"output_tokens": "a generation is at least the token it ended on (an empty one is its EOS)"}
 
 
+def output_length(output_tokens: int, finish_reason: str | None = None) -> int:
+    """``output_tokens`` as a reported generation's length, or a ``ValueError`` saying why it is none.
+
+    Every entry an output length comes in by refuses one below its least in these words, so none
+    takes what another refuses: a trace cell (``int_cell``), ``POST /actuals``, the sidecar's
+    ``/done``, the delivery's ``complete`` (learn54; ``/done`` took 0). A generation that says no
+    length (a finish reason other than ``stop`` or ``length``: a worker's ``abort``, of which no
+    actual is made) is not held to it; None is a length of unknown finish, as a trace row's."""
+    if finish_reason is not None and finish_reason not in FINISH_REASONS:
+        return output_tokens
+    if output_tokens < MINIMUM["output_tokens"]:
+        raise ValueError(_below("output_tokens", MINIMUM["output_tokens"]))
+    return output_tokens
+
+
+def _below(column: str, minimum: int) -> str:
+    """The words a count below its least is refused in (``BELOW_MINIMUM``'s reason, where one is)."""
+    why = BELOW_MINIMUM.get(column)
+    return f"must be >= {minimum}" + (f": {why}" if why else "")
+
+
 class TraceFormatError(InvalidInputError):
     """A malformed trace cell, located by source, line (1-based, header = line 1 for csv) and column."""
 
@@ -76,8 +97,7 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
                 raise ValueError("expected an integer") from None
             value = int(number)
     if value < minimum:
-        why = BELOW_MINIMUM.get(column)
-        raise ValueError(f"must be >= {minimum}" + (f": {why}" if why else ""))
+        raise ValueError(_below(column, minimum))
     if value > INT64_MAX:  # counts and steps are held as int64 columns
         raise ValueError(f"exceeds {INT64_MAX}")
     return value

@@ -16,6 +16,7 @@ from service.api.schemas import (
     MAX_COUNT,
     Features,
     Name,
+    OutputTokens,
     ScheduleId,
     Strict,
     Tokens,
@@ -31,7 +32,7 @@ class ActualReport(Strict):
     sample_idx: int = Field(ge=0, le=MAX_COUNT)
     worker_id: Name
     prompt_tokens: Tokens
-    output_tokens: Tokens
+    output_tokens: OutputTokens  # at least the token it ended on (``scheduler.trace.output_length``)
     finish_reason: Literal["stop", "length"]
     wall_time_s: float | None = Field(default=None, gt=0)  # admission to last token on the engine;
     # None: not measured (history imported from a trace), so the report teaches length, not speed

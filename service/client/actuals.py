@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from scheduler.trace import FINISH_REASONS, MINIMUM
 from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.api.progress_schemas import ResultEntry
 from service.api.schemas import MAX_COUNT
@@ -90,8 +91,10 @@ def actual_from_result(
 def says_length(finish_reason: str, output_tokens: int) -> bool:
     """Whether a result says something of length: it stopped or hit its cap, with a token out. One
     that does not is reported by no client (``actual_from_result``), so an asked-for retrain takes
-    such a trajectory as settled without an actual (``service.learning.step_over``)."""
-    return finish_reason in ("stop", "length") and output_tokens >= 1
+    such a trajectory as settled without an actual (``service.learning.step_over``). No entry takes
+    an output of no token with either reason now (``scheduler.trace.output_length``); one stored
+    before says nothing."""
+    return finish_reason in FINISH_REASONS and output_tokens >= MINIMUM["output_tokens"]
 
 
 def _parts(entry: ResultEntry) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from scheduler.stealguard import LENGTH_MARGIN
+from scheduler.trace import output_length
 from service.delivery import keys as keyspace
 from service.delivery.errors import InvalidInputError
 from service.delivery.records import DeliveryItem, PublishedSchedule, TrajectoryResult
@@ -260,9 +261,14 @@ def complete_args(
     entries: Sequence[tuple[str, int, TrajectoryResult]], now_ms: int | None, holder: str | None = None
 ) -> list[Any]:
     """ARGV of ``complete.lua``: clock, the reporting worker ('' = not checked), then (key, token,
-    result JSON) per entry."""
+    result JSON) per entry. A result saying a length below a generation's least is refused here, as
+    the sidecar's ``/done`` and ``POST /actuals`` refuse it (``scheduler.trace.output_length``)."""
     args: list[Any] = [clock(now_ms), holder or ""]
     for key, token, result in entries:
+        try:
+            output_length(result.output_tokens, result.finish_reason)
+        except ValueError as err:
+            raise InvalidInputError(f"results[{key}].output_tokens", result.output_tokens, str(err)) from None
         args += [key, token, strict_json(result.to_json(), f"results[{key}]")]
     return args
 

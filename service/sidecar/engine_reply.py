@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scheduler.trace import MINIMUM
 from service.delivery.records import TrajectoryResult, bounded_extra
 from service.sidecar.holdings import Held
 
@@ -72,7 +73,10 @@ def parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> 
     ``max_tokens`` sent is an engine's over-count (a speculative chunk accepted past the cap): the
     length is ``max_tokens``, the count kept in ``extra``. Stored as counted, it failed the
     trainer's report of the whole step (``ActualReport`` refuses output above ``max_new_tokens``,
-    as the pull API's ``/done`` does)."""
+    as the pull API's ``/done`` does). A count of 0 is an under-count: a generation is at least the
+    token it ended on (``scheduler.trace.output_length``, which ``/done`` and ``POST /actuals``
+    refuse a 0 by), so the length is 1, the count kept in ``extra`` likewise; stored as 0, no
+    client reported it, so the predictor never learned that length (learn54)."""
     try:
         choice = answer["choices"][0]
         message = choice.get("message")
@@ -94,6 +98,8 @@ def parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> 
         extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself
     if tokens > max_tokens:
         extra["engine_completion_tokens"], tokens = tokens, max_tokens
+    elif tokens < MINIMUM["output_tokens"]:  # an empty generation's count without the token it ended on
+        extra["engine_completion_tokens"], tokens = tokens, MINIMUM["output_tokens"]
     return EngineReply(
         output=str(text or ""),
         completion_tokens=tokens,

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from scheduler.trace import output_length
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
@@ -48,12 +49,20 @@ class _LeaseRef(BaseModel):
 class DoneBody(_LeaseRef):
     """A finished trajectory, as the worker reports it."""
 
+    finish_reason: Text = "stop"  # read before output_tokens: whether it says a length (``_a_length``)
     output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
-    finish_reason: Text = "stop"
     output: Text = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _a_length(cls, output_tokens: int, info: ValidationInfo) -> int:
+        """At least the token it ended on, where it says a length (``stop``, ``length``), as the
+        service's ``POST /actuals`` and the trace format take one (``scheduler.trace.output_length``):
+        a 0 (a worker counting decoded text) was stored, and then reported by no client (learn54)."""
+        return output_length(output_tokens, info.data.get("finish_reason"))
 
     @field_validator("extra")
     @classmethod

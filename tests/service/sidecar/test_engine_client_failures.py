@@ -114,6 +114,17 @@ def test_a_count_above_the_max_tokens_sent_is_taken_as_the_cap() -> None:
     assert reply.extra["engine_completion_tokens"] == 515
 
 
+def test_a_count_of_no_token_is_taken_as_the_token_the_generation_ended_on() -> None:
+    """A generation is at least the token it ended on (an empty one is its EOS), as ``/done``,
+    ``POST /actuals`` and the trace format hold. Stored as counted, the result was reported by no
+    client (``says_length``); refused, a trajectory that ran would be dead-lettered. Its length is
+    one token, and the engine's count is kept in ``extra``."""
+    answer = b'{"choices": [{"text": "", "finish_reason": "stop"}], "usage": {"completion_tokens": 0}}'
+    reply = _generated(200, answer)
+    assert (reply.completion_tokens, reply.finish_reason, reply.output) == (1, "stop", "")
+    assert reply.extra["engine_completion_tokens"] == 0
+
+
 def test_an_answer_that_does_not_even_decode_is_retried_in_place_then_charged_to_the_item() -> None:
     # httpx raises DecodingError, not a TransportError: it escaped as an unexpected error, charged to
     # the item at once without the in-place retries a garbled answer gets
