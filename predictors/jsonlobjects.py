@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from predictors.tracerename import FileNamedError
 from scheduler.trace import TraceFormatError
 
 
@@ -44,7 +45,7 @@ def _unique_keys(pairs: list[tuple[str, Any]], source: str, line: int) -> dict[s
     cells = dict(pairs)
     if len(cells) != len(pairs):
         repeated = next(key for i, (key, _) in enumerate(pairs) if key in dict(pairs[:i]))
-        raise TraceFormatError(source, line, repeated, None, "appears twice in the line")
+        raise FileNamedError(source, line, repeated, None, "appears twice in the line")
     return cells
 
 
@@ -58,6 +59,6 @@ def _refuse_surrogates(cells: dict[str, object], source: str, line: int) -> None
                     text.encode("utf-8")
                 except UnicodeEncodeError:
                     column = name.encode("utf-8", "backslashreplace").decode("utf-8")
-                    raise TraceFormatError(
+                    raise FileNamedError(
                         source, line, column, value, "not UTF-8 text (an unpaired \\uD800-\\uDFFF escape)"
                     ) from None

@@ -24,7 +24,7 @@ from predictors.headerhints import missing_columns
 from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
-from predictors.tracerename import Renamer
+from predictors.tracerename import Renamer, in_file_terms
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
@@ -67,7 +67,12 @@ def read_renamed(path: Path, suffix: str, rename: Mapping[str, str]) -> Trace:
     """
     rows = read_rows(path, suffix, rename)
     trace = _read_fast(path, rename) if path.suffix == suffix else None
-    return rows_to_trace(rows, str(path)) if trace is None else trace
+    if trace is not None:
+        return trace
+    try:
+        return rows_to_trace(rows, str(path))
+    except TraceFormatError as error:  # a renamed column's error names the file's column (learn54)
+        raise in_file_terms(error, rename) from None
 
 
 def check_input_file(field: str, path: Path, what: str) -> None:

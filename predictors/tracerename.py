@@ -5,6 +5,11 @@ Apart from ``predictors.traceio`` because it is a rule of its own, the same for 
 parquet header is renamed at once (``Renamer.header``), a jsonl file record by record (each line names
 its own columns, so a mapped column none of them names is only known missing at the end). The readers
 in ``traceio`` call it before anything checks the header.
+
+An error about a cell after the renaming names the schema's column, which the user's file does not
+hold (``output_tokens='0'`` of a file whose column is ``response_length``): ``in_file_terms`` names
+the file's column, and the schema's it was mapped to (learn54). An error raised before the renaming,
+or by the renaming itself, names the file's own column or the mapping's already: a ``FileNamedError``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,21 @@ from collections.abc import Mapping
 
 from predictors.headerhints import separator_hint
 from scheduler.trace import REQUIRED_COLUMNS, TraceFormatError
+
+
+class FileNamedError(TraceFormatError):
+    """A trace error naming a column as the file or the ``--map`` names it (a renaming refused, a key
+    a jsonl line holds twice), not as the schema: ``in_file_terms`` leaves it as it is."""
+
+
+def in_file_terms(error: TraceFormatError, rename: Mapping[str, str]) -> TraceFormatError:
+    """``error`` naming the file's column where ``rename`` (file column -> schema column) put that
+    column under the schema's name the error names, and saying which; any other error as it is."""
+    source = {new: old for old, new in rename.items()}.get(error.column)
+    if source is None or isinstance(error, FileNamedError):
+        return error
+    reason = f"as {error.column} (--map {error.column}={source}): {error.reason}"
+    return TraceFormatError(error.source, error.line, source, error.value, reason)
 
 
 class Renamer:
@@ -28,7 +48,7 @@ class Renamer:
         for old in self.rename:
             if old not in columns:
                 reason = "no such column to map (--map)" + separator_hint(columns)
-                raise TraceFormatError(self.source, 1, old, None, reason)
+                raise FileNamedError(self.source, 1, old, None, reason)
         renamed = [self.rename.get(c, c) for c in columns]
         first: dict[str, int] = {}
         for position, name in enumerate(renamed):
@@ -37,7 +57,7 @@ class Renamer:
                 continue
             where = f"columns {earlier + 1} and {position + 1}"
             if not name:  # a blank cell has no name to show: it is named by its position
-                raise TraceFormatError(
+                raise FileNamedError(
                     self.source,
                     1,
                     f"column {position + 1}",
@@ -46,7 +66,7 @@ class Renamer:
                 )
             mapped = columns[earlier] != name or columns[position] != name
             reason = "would both carry this name after --map" if mapped else "both carry this name"
-            raise TraceFormatError(self.source, 1, name, None, f"{where} {reason}")
+            raise FileNamedError(self.source, 1, name, None, f"{where} {reason}")
         return renamed
 
     def cells(self, cells: dict[str, object], line: int) -> dict[str, object]:
@@ -59,7 +79,7 @@ class Renamer:
         for name, value in cells.items():
             new = self.rename.get(name, name)
             if new in out:
-                raise TraceFormatError(
+                raise FileNamedError(
                     self.source, line, new, value, "two cells would carry this name after --map"
                 )
             out[new] = value
@@ -73,11 +93,11 @@ class Renamer:
         for old, new in self.rename.items():
             if new in REQUIRED_COLUMNS and old in self.unseen and old not in cells:
                 reason = f"no such column to map (--map {new}={old}): no line up to this one holds it"
-                raise TraceFormatError(self.source, line, old, None, reason)
+                raise FileNamedError(self.source, line, old, None, reason)
 
     def check_all_seen(self) -> None:
         """After a jsonl file's last record: a mapped column none of them named is refused, as
         ``header`` refuses one a csv or parquet header lacks (a typo would otherwise map nothing)."""
         for old in self.rename:
             if old in self.unseen:
-                raise TraceFormatError(self.source, 1, old, None, "no such column to map (--map)")
+                raise FileNamedError(self.source, 1, old, None, "no such column to map (--map)")

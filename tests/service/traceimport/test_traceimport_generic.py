@@ -173,3 +173,78 @@ def test_a_verl_dump_imported_as_generic_jsonl_is_sent_to_from_verl_not_to_map_a
     assert f"{path}:1" in message
     assert "veRL rollout dump" in message
     assert f"trace import {tmp_path} --from verl --tokenizer" in message
+
+
+MAPPED = ["step=epoch", "prompt_id=uid", "sample_idx=k", "prompt_tokens=plen", "output_tokens=rlen"]
+MAPPED_HEADER = ["epoch", "uid", "k", "plen", "rlen"]
+
+
+def _mapped_file(path: Path, rows: list[list[object]]) -> Path:
+    """``rows`` under the user's own column names (``MAPPED_HEADER``), in ``path``'s format."""
+    if path.suffix == ".csv":
+        return _csv(path, MAPPED_HEADER, *rows)
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(dict(zip(MAPPED_HEADER, r, strict=True))) + "\n" for r in rows))
+        return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({name: [r[i] for r in rows] for i, name in enumerate(MAPPED_HEADER)}), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_bad_cell_of_a_mapped_column_names_the_users_column_and_the_one_it_maps_to(
+    tmp_path: Path, suffix: str
+) -> None:
+    # It named the format's column alone: "runs.csv:3:output_tokens='0': must be >= 1: ...", a column
+    # the user's file does not have, so the user looked for it in vain.
+    path = _mapped_file(tmp_path / f"runs{suffix}", [[0, "a", 0, 10, 120], [0, "b", 0, 10, 0]])
+    line, cell = (3, "'0'") if suffix == ".csv" else (2, "0")  # csv counts its header, and reads text
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, suffix[1:], parse_mapping(MAPPED))
+    assert refused.value.column == "rlen"
+    assert str(refused.value) == (
+        f"{path}:{line}:rlen={cell}: as output_tokens (--map output_tokens=rlen): "
+        "must be >= 1: a generation is at least the token it ended on (an empty one is its EOS)"
+    )
+
+
+def test_a_short_row_names_the_users_column_it_lacks(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(MAPPED_HEADER) + "\n0,a,0,10\n")
+    with pytest.raises(
+        TraceFormatError, match=r"runs\.csv:2:rlen=4: as output_tokens \(--map output_tokens=rlen\)"
+    ):
+        import_generic(path, "csv", parse_mapping(MAPPED))
+
+
+def test_a_cell_of_a_column_left_unmapped_names_the_formats_column_as_before(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", ["step", "uid", *SCHEMA[2:]], [0, "a", 0, 0, 100])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "csv", parse_mapping(["prompt_id=uid"]))
+    assert str(refused.value) == f"{path}:2:prompt_tokens='0': must be >= 1"
+
+
+def test_columns_mapped_onto_each_other_name_the_users_column_of_the_bad_cell(tmp_path: Path) -> None:
+    # the file's prompt_tokens is the output, its output_tokens the prompt: the 0 is in its prompt_tokens
+    path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 0, 100])
+    mapping = parse_mapping(["output_tokens=prompt_tokens", "prompt_tokens=output_tokens"])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "csv", mapping)
+    assert str(refused.value).startswith(
+        f"{path}:2:prompt_tokens='0': as output_tokens (--map output_tokens=prompt_tokens): must be >= 1"
+    )
+
+
+def test_a_key_a_jsonl_line_holds_twice_is_named_as_the_line_names_it_whatever_the_mapping(
+    tmp_path: Path,
+) -> None:
+    # read before the renaming: the repeated key is the file's own, though a mapped column lands on it
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"epoch": 0, "uid": "a", "k": 0, "plen": 10, "rlen": 5, "output_tokens": 1, "output_tokens": 2}\n'
+    )
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "jsonl", parse_mapping(MAPPED))
+    assert str(refused.value) == f"{path}:1:output_tokens=None: appears twice in the line"
