@@ -14,8 +14,10 @@ import pytest
 
 from predictors.tracefast import fast_trace
 from predictors.traceio import read_rows, rows_to_trace
+from predictors.tracerename import in_file_terms
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
+from scheduler.trace import TraceFormatError
 from service.traceimport.importers import import_generic, parse_mapping
 
 HEADER = ["epoch", "uid", "k", "plen", "rlen", "cap", "finish_reason", "score", "level", "temp"]
@@ -45,14 +47,18 @@ def _summary(trace: Trace) -> tuple[object, ...]:
 
 
 def _outcomes(path: Path, pairs: list[str]) -> tuple[tuple[object, ...], tuple[object, ...]]:
-    """(import_generic's result, the row-by-row reader's), each a trace summary or the error text."""
+    """(import_generic's result, the row-by-row reader's), each a trace summary or the error text
+    (a renamed column's named as the file names it: ``in_file_terms``)."""
     mapping = parse_mapping(pairs)
 
     def imported() -> Trace:
         return import_generic(path, path.suffix[1:], mapping).trace
 
     def row_by_row() -> Trace:
-        return rows_to_trace(read_rows(path, path.suffix, mapping), str(path))
+        try:
+            return rows_to_trace(read_rows(path, path.suffix, mapping), str(path))
+        except TraceFormatError as error:  # in the file's column names, as an import says it (learn54)
+            raise in_file_terms(error, mapping) from None
 
     return _outcome(imported), _outcome(row_by_row)
 
