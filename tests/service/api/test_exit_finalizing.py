@@ -11,34 +11,22 @@ asserted.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from service.api import exit_guard
 from service.api.exit_guard import SIGNALLED_LOG
 from service.cli import SECOND_SIGNAL_LOG
+from tests.service.api.child_module import run_child
 from tests.service.api.finalizing_child import ALIVE
 
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 90.0  # a bound against never: the child exits as soon as it has finalized
 
 
 @pytest.mark.parametrize("third", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_a_third_signal_in_the_finalization_leaves_the_decided_status(third: signal.Signals) -> None:
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.service.api.finalizing_child", third.name],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    child = run_child("tests.service.api.finalizing_child", third.name, timeout_s=WAIT_S)
     # the third landed where Python handles the signal no more (its handler gone), and the child lived
     assert (child.returncode, child.stdout.splitlines()) == (0, [f"{ALIVE} None"]), child.stderr
     assert child.stderr.count(SECOND_SIGNAL_LOG) == 1, child.stderr  # the second, during a wait

@@ -12,32 +12,20 @@ during a wait, which then ends at once, while the guard's last act runs on. No d
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from service.api import exit_guard
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS
+from tests.service.api.child_module import run_child
 
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 90.0  # a bound against never: the child ends within its guard's last acts
 
 
 def test_a_guard_that_fires_during_the_exits_waits_ends_the_process_with_its_status() -> None:
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.service.api.guard_teardown_child"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    child = run_child("tests.service.api.guard_teardown_child", timeout_s=WAIT_S)
     assert EXIT_LOG in child.stderr, child.stderr  # the guard fired during the wait
     assert child.returncode == FORCED_STATUS, child.stderr
 
