@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from scheduler import clock
+from scheduler.benchgen import bench_request
 from scheduler.planner import plan
 from scheduler.policies import lpt as lpt_module
 from scheduler.policies import robust_order
@@ -19,7 +20,7 @@ from scheduler.policies.ordering import best_order, shortest_first
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.robust_order import JUDGE_COST, WAVES_WEIGHT, judge_item_s, robust_orders
-from scheduler.types import Inventory, PlanRequest
+from scheduler.types import Inventory, PlanRequest, Trajectory
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
 from tests.scheduler.test_robust_order import _request
 
@@ -85,3 +86,43 @@ def test_a_trajectory_in_waves_weighs_one_plus_the_weight_of_one_placed_at_once(
     assert judge_item_s(reserve, 1.0, 1_000, 1_000) == pytest.approx(at_once / (1 + WAVES_WEIGHT))
     assert judge_item_s(reserve, 1.0, 1_000, 500) < at_once  # the more in waves, the lower the price
     assert judge_item_s(reserve, 0.0, 1_000, 1_000) == 0.0  # a frozen clock's phase: nothing priced
+
+
+def _two_kinds_in_waves() -> PlanRequest:
+    """The bench's 256 x 4 (two device kinds, so the plan is placed again by kind) with p50 and p90
+    1.6x its predictions under KV admission, on caches of 60,000 tokens: every queue of the lpt start
+    runs in waves."""
+    request = bench_request(256, 4, 0)
+
+    def unsure(t: Trajectory) -> Trajectory:
+        p90 = min(1.6 * t.predicted_tokens, float(t.max_new_tokens))
+        return dataclasses.replace(t, quantiles={0.5: t.predicted_tokens, 0.9: p90})
+
+    workers = tuple(dataclasses.replace(w, kv_capacity_tokens=60_000) for w in request.inventory.workers)
+    return dataclasses.replace(
+        request,
+        trajectories=tuple(unsure(t) for t in request.trajectories),
+        inventory=dataclasses.replace(request.inventory, workers=workers),
+        kv_admission=True,
+    )
+
+
+@pytest.mark.parametrize(("policy", "hedges"), [("lpt", 2), ("cpsat", 3)])
+def test_every_order_hedge_of_a_plan_is_priced_by_the_lpt_start_s_waves(
+    monkeypatch: pytest.MonkeyPatch, policy: str, hedges: int
+) -> None:
+    """The lpt start's hedge, the plan placed again by kind (``lpt.calibrated``) and cpsat's searched
+    plan are each hedged after the same lpt phase, so each is priced by what that phase did: all 256
+    trajectories in waves. One that dropped the count was priced flat, 10 times over, and skipped
+    where the others fit. On a frozen clock every hedge fits, so every one is priced."""
+    priced = robust_order.judge_item_s
+    waves: list[int] = []
+
+    def recorded(reserve: bool, lpt_phase_s: float, trajectories: int, lpt_waves: int) -> float:
+        waves.append(lpt_waves)
+        return priced(reserve, lpt_phase_s, trajectories, lpt_waves)
+
+    monkeypatch.setattr(robust_order, "judge_item_s", recorded)
+    with clock.frozen():
+        plan(_two_kinds_in_waves(), policy)
+    assert waves == [256] * hedges
