@@ -34,7 +34,7 @@ from scheduler.policies.ordering import order_queues, refine_critical
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_fast import JUDGED, UNJUDGED, Candidate, at_once_judged
-from scheduler.policies.robust_order import hedged, in_waves
+from scheduler.policies.robust_order import hedged, trajectories_in_waves
 from scheduler.policies.robust_place import DRAWS, kind_scales
 from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
@@ -150,7 +150,7 @@ def opening(request: PlanRequest, problem: Problem | None, status: str) -> Openi
     with stage("lpt start"):
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
     phase = clock.now() - started
-    waves = in_waves(problem, start[1], request.kv_admission) if spread is not None else 0
+    waves = trajectories_in_waves(problem, start[1], request.kv_admission) if spread is not None else 0
     blind = None
     if spread is None:  # with quantiles they are only the bar's: built there (``bar_plans``)
         with stage("blind plans"):

@@ -166,9 +166,10 @@ def judge_item_s(reserve: bool, lpt_phase_s: float, trajectories: int, lpt_waves
     return JUDGE_COST[reserve] * lpt_phase_s / max(1.0, weight)
 
 
-def in_waves(problem: Problem, queues: Queues, reserve: bool) -> int:
+def trajectories_in_waves(problem: Problem, queues: Queues, reserve: bool) -> int:
     """Trajectories of ``queues`` that do not run at once (``Problem.runs_at_once``, kept: the hedge
-    of the same queues asks it next): of the lpt start's, ``judge_item_s``'s ``lpt_waves``."""
+    of the same queues asks it next): of the lpt start's, ``judge_item_s``'s ``lpt_waves``. A count, named
+    apart from ``_in_waves`` (each worker's flag) and ``calibrate.in_waves`` (each worker's scale)."""
     runs = problem.runs_at_once(queues, reserve)
     return sum(len(queue) for queue, run in zip(queues, runs, strict=True) if not run)
 
