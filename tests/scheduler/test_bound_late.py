@@ -1,9 +1,10 @@
 """A lower bound that reaches its tail limit (d) past its deadlines builds nothing no probe will read,
 and reports what the refused probes would have: the limits it proved before, to the bit.
 
-Why. ``prepare`` hands the bound two deadlines (``BOUND_SHARE``, ``FLUID_SHARE`` of the budget), and
-``tailbound.Timed`` refuses every probe past them; but the set-up before the first probe (each kind's
-limits, the fluid rows, a cover a search) ran whatever the clock said. On a loaded host ``prepare``
+Why. ``prepare`` hands the bound two deadlines (``BOUND_SHARE``, ``FLUID_SHARE`` of what validation and
+the problem left of the budget: ``planner.bound_deadlines``), and ``tailbound.Timed`` refuses every
+probe past them; but the set-up before the first probe (each kind's limits, the fluid rows, a cover a
+search) ran whatever the clock said. On a loaded host ``prepare``
 reached the bound past its shares, or was descheduled in the set-up until past them, and the bound
 then spent several ms of wall on set-up no probe read (docs/experiments.md, sched53).
 """

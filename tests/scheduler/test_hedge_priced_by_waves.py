@@ -49,8 +49,8 @@ def test_a_small_batch_in_waves_is_hedged_where_the_flat_price_skipped_it(
 def test_a_start_in_waves_is_still_priced_whole_before_anything_is_judged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The same batch with an lpt phase of 2.5 s: 4 phases are 10 s, past the 9.8 s left, and no
-    queue is judged."""
+    """The same batch with an lpt phase of 2.5 s: 4 phases are 10 s, past the 7.3 s the phase left
+    of the policy's 9.8, and no queue is judged (the price fits only below a 1.96 s phase)."""
     request = _one_h100()
     slow_stage(monkeypatch, lpt_module, "lpt_start", 2.5)
     judged = count_calls(monkeypatch, robust_order, "_better_order")
