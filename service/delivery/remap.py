@@ -33,9 +33,15 @@ A sidecar's claims, completions, failure reports and releases are calls of their
 so the client's paced read held the first of them after a failover to the old master for up to its
 second, and a retrying report for its next pause, up to 2 s (cluster53: the first one 0.46-0.82 s after
 the failover, 0.16-0.21 s read so). Such a call asks another master only where no ask for that master on
-its client was made in the last ``RECENT_S`` (the reports in flight during an outage, 32 a sidecar, each
-retrying, share one ask in that time, not one each), and reads the map only where the ask names a new
-master: a cluster none of whose masters answers is the call's own retries' to find.
+its client is under way or ended in the last ``RECENT_S`` (the reports in flight during an outage, 32 a
+sidecar, each retrying, share one ask in that time, not one each), and reads the map only where the ask
+names a new master: a cluster none of whose masters answers is the call's own retries' to find. The
+window runs from the ask's end, and the masters found silent on the client (a call's own master, or one
+that did not answer an ask) are not asked by its calls for ``RECENT_S`` after: with every master
+stalled, each ask waited a socket timeout per master asked, and the window counted from the ask's start
+had the calls that waited behind it ask again, two timeouts more a call at three masters (review54: a
+GET 0.88 s alone, 1.39 s so, at a 0.25 s timeout; ~10 s a try at the sidecar's 5 s). A master that
+comes back is asked again once its window is over.
 
 A read that names a new master is an INFO line (the failed master, the new one, the key: a failover met,
 once a pass or client, as later calls go to the new master); a read refused (nodes that disagree, a user
@@ -69,8 +75,10 @@ from service.delivery.errors import NODE_DOWN, down_node
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _REFUSED = (AuthenticationError, AuthorizationError)  # ``ConnectionError``s: credentials, not a node
-RECENT_S = 0.1  # a single call trusts another's ask of the same master on its client this long
-_ASKED: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> ask's time
+RECENT_S = 0.1  # a call of its own trusts another's ask, or a master's silence, on its client this long
+ASKING = float("inf")  # an ask's end while it is under way: the calls meanwhile share it
+_ASKED: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> ask's end
+_SILENT: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> silent since
 _ASKED_LOCK = threading.Lock()
 
 
@@ -102,11 +110,15 @@ class Remap:
             return False
         old = str(node.name)
         self._read.add(old)
-        if self.alone and not _ask_due(client, old):
-            return False
-        asked = named_elsewhere(
-            client, key_slot(key.encode()), node, self._read | self._silent, self._silenced
-        )
+        if self.alone:
+            _found_silent(client, old)
+            if not _ask_due(client, old):
+                return False
+        try:
+            asked = named_elsewhere(client, key_slot(key.encode()), node, self._unasked(), self._silenced)
+        finally:
+            if self.alone:
+                _asked(client, old)
         if asked is False or (asked is None and self.alone):  # no failover known: nothing to read
             return False
         try:
@@ -140,11 +152,24 @@ class Remap:
         )
         return True
 
+    def _unasked(self) -> set[str]:
+        """The masters the ask passes over: those failed or silent in the pass, and for a call of its
+        own those found silent on its client in the last ``RECENT_S`` (a pass tells each silent master
+        to ``on_silent`` itself, so it asks them)."""
+        unasked = self._read | self._silent
+        if self.alone and isinstance(self.client, RedisCluster):
+            return unasked | _silent_now(self.client)
+        return unasked
+
     def _silenced(self, node: ClusterNode, error: Exception) -> None:
-        """``node`` did not answer the ask: not asked again in the pass, and told to ``on_silent``
-        where it did not answer (``NODE_DOWN``; a refusal is no node down)."""
+        """``node`` did not answer the ask: not asked again in the pass (nor, where it did not answer,
+        by its client's calls of their own for ``RECENT_S``), and told to ``on_silent`` where it did not
+        answer (``NODE_DOWN``; a refusal is no node down)."""
         self._silent.add(str(node.name))
-        if self.on_silent is not None and isinstance(error, NODE_DOWN):
+        down = isinstance(error, NODE_DOWN)
+        if down and self.alone and isinstance(self.client, RedisCluster) and not isinstance(error, _REFUSED):
+            _found_silent(self.client, str(node.name))
+        if self.on_silent is not None and down:
             self.on_silent(node, error)
 
 
@@ -170,16 +195,37 @@ def remapped(client: redis.Redis | RedisCluster, key: str, send: Callable[[], T]
 
 
 def _ask_due(client: RedisCluster, master: str) -> bool:
-    """Whether a call of its own asks another master about ``master`` now: none asked in the last
-    ``RECENT_S`` on ``client`` (then this one is taken as asked now)."""
-    now = time.monotonic()
+    """Whether a call of its own asks another master about ``master`` now: no ask about it under way
+    on ``client``, nor ended in the last ``RECENT_S`` (then this one is taken as under way: ``_asked``
+    ends it)."""
     with _ASKED_LOCK:
         asked = _ASKED.setdefault(client, {})
-        last = asked.get(master)
-        if last is not None and now - last < RECENT_S:
+        end = asked.get(master)
+        if end is not None and time.monotonic() - end < RECENT_S:
             return False
-        asked[master] = now
+        asked[master] = ASKING
         return True
+
+
+def _asked(client: RedisCluster, master: str) -> None:
+    """The ask about ``master`` on ``client`` has ended: the window starts now, so the calls that
+    waited behind a slow ask share it rather than ask again."""
+    with _ASKED_LOCK:
+        _ASKED.setdefault(client, {})[master] = time.monotonic()
+
+
+def _found_silent(client: RedisCluster, master: str) -> None:
+    """``master`` did not answer a call on ``client`` (its own, or an ask) just now."""
+    with _ASKED_LOCK:
+        _SILENT.setdefault(client, {})[master] = time.monotonic()
+
+
+def _silent_now(client: RedisCluster) -> set[str]:
+    """The masters found silent on ``client`` in the last ``RECENT_S``: its calls of their own do not
+    ask them (one socket timeout each a window, not one a call); one back is asked after its window."""
+    now = time.monotonic()
+    with _ASKED_LOCK:
+        return {master for master, since in _SILENT.get(client, {}).items() if now - since < RECENT_S}
 
 
 def _master(client: RedisCluster, key: str) -> ClusterNode | None:
