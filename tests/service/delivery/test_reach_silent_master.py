@@ -9,44 +9,24 @@ the walk's failed nodes, as after one of its calls' failure (``Reach._silenced``
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from service.delivery import Delivery, keys
+from service.delivery import keys
 from service.delivery.reach import Reach
-from service.redis_conn import connect
-from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
+from tests.service.delivery.stalled_pair import two_stalled_masters
 
 pytestmark = pytest.mark.slow
-SHARES = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the first two masters'
 
 
 @pytest.fixture
 def two_stalled() -> Iterator[tuple[RedisCluster, list[str]]]:
-    """The service's client (its own refresh paced: ``paced``) on a cluster of the test's own whose
-    first two masters are stalled, and a schedule on each of them; the masters go on at the end."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
-        client = paced(
-            Delivery(connect(Settings(redis_url=local.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S)))
-        )
-        on = [next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in share) for share in SHARES]
-        ports = {client.get_node_from_key(keys.schedule_keys(sid).meta).port for sid in on}  # type: ignore[no-untyped-call]
-        stalled = [node for node in local.nodes if node.port in ports]
-        for node in stalled:
-            node.signal(signal.SIGSTOP)
-        try:
-            yield client, on
-        finally:
-            for node in stalled:
-                node.signal(signal.SIGCONT)
-            client.close()
+    """Two masters stalled, and a schedule on each (``stalled_pair``)."""
+    with two_stalled_masters() as stalled:
+        yield stalled
 
 
 def test_a_master_silent_to_the_walks_ask_has_its_schedules_passed_over(

@@ -11,47 +11,24 @@ the map kept is the same object."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 
 import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from service.delivery import Delivery, keys
+from service.delivery import keys
 from service.delivery.remap import Remap, resent
-from service.redis_conn import connect
-from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
+from tests.service.delivery.stalled_pair import two_stalled_masters
 
 pytestmark = pytest.mark.slow
-SHARES = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the first two masters'
 
 
 @pytest.fixture
 def two_stalled() -> Iterator[tuple[RedisCluster, list[str]]]:
-    """The service's client (its own refresh paced: ``paced``) on a cluster of the test's own whose
-    first two masters are stalled, and a key on each of them; the masters go on at the end."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
-        client = paced(
-            Delivery(connect(Settings(redis_url=local.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S)))
-        )
-        on = [
-            keys.schedule_keys(next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in share)).meta
-            for share in SHARES
-        ]
-        ports = {client.get_node_from_key(key).port for key in on}  # type: ignore[no-untyped-call]
-        stalled = [node for node in local.nodes if node.port in ports]
-        for node in stalled:
-            node.signal(signal.SIGSTOP)
-        try:
-            yield client, on
-        finally:
-            for node in stalled:
-                node.signal(signal.SIGCONT)
-            client.close()
+    """Two masters stalled (``stalled_pair``), and a key on each: a schedule's meta."""
+    with two_stalled_masters() as (client, on):
+        yield client, [keys.schedule_keys(sid).meta for sid in on]
 
 
 def test_a_stalled_masters_slot_still_its_own_reads_no_map(
