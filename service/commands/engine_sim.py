@@ -7,6 +7,7 @@ end to end on a laptop or in CI. docs/engine-sim.md describes what it models and
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -33,7 +34,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
 
 def engine_sim(
-    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port to listen on.")],
+    port: Annotated[
+        int,
+        typer.Option(
+            min=0, max=65535, help="TCP port to listen on; 0: one the kernel picks (see the banner)."
+        ),
+    ],
     device: Annotated[str, typer.Option(help="Accelerator kind to simulate: H100, H200, A100, 910B.")],
     model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
@@ -64,6 +70,7 @@ def engine_sim(
 ) -> None:
     """Build the simulated engine and serve it until SIGINT/SIGTERM."""
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from scheduler.errors import InvalidInputError
     from service.engine_sim.app import build_config, create_app
@@ -85,9 +92,12 @@ def engine_sim(
         )
     except InvalidInputError as exc:
         _refuse(str(exc))
-    _refuse_an_unservable_address(host, port)
-    _announce(config, device, host, port, time_scale)
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning", access_log=False)
+    listener = _listener(host, port)
+    _announce(config, device, host, listener.getsockname()[1], time_scale)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", access_log=False))
+    server.run(sockets=[listener])
+    if not server.started:  # as ``uvicorn.run`` ends a run that never served
+        raise typer.Exit(STARTUP_FAILURE)
 
 
 def _lengths(trace: Path | None, trace_step: int | None, median_tokens: int) -> LengthSource:
@@ -99,14 +109,18 @@ def _lengths(trace: Path | None, trace_step: int | None, median_tokens: int) -> 
     )
 
 
-def _refuse_an_unservable_address(host: str, port: int) -> None:
-    """An address this host cannot listen on (a port already taken) is one line and exit 2 before the
-    banner, not uvicorn's traceback after it."""
-    from service.ports import unservable
+def _listener(host: str, port: int) -> socket.socket:
+    """The socket the engine serves on, bound before the banner so the banner says the port it holds:
+    with ``--port 0`` the kernel's pick, which no other process can take first (a port picked free
+    and bound later could be). An address this host cannot listen on (a port already taken) is one
+    line and exit 2 before the banner, not uvicorn's traceback after it."""
+    from service.ports import why_unservable
 
-    taken = unservable(host, port)
-    if taken:
-        _refuse(taken)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:  # SO_REUSEADDR, as uvicorn binds
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        _refuse(why_unservable(host, port, error))
 
 
 def _announce(config: SimConfig, device: str, host: str, port: int, time_scale: float) -> None:
