@@ -35,8 +35,8 @@ def checked(
             "max-num-seqs": (o.max_num_seqs, 1),
             "num-gpus": (kv_source[2], 1),
             "kv-capacity-tokens": (o.kv_capacity_tokens, 1),
-            "pull-api": (o.pull_api_port, 1),
-            "health-port": (o.health_port, 1),
+            "pull-api": (o.pull_api_port, 0),  # 0: a port the kernel picks, logged once bound
+            "health-port": (o.health_port, 0),
             "drain-timeout": (o.drain_timeout_s, 0),
             "idle-poll": (o.idle_poll_s, 0.001),
             "engine-stall-timeout": (o.engine_stall_s, 1.0),
@@ -57,8 +57,9 @@ def _check_listening(o: SidecarOptions) -> None:
     from service.ports import listen_refusal
 
     for refusal in (
-        o.pull_api_port and listen_refusal(o.pull_api_host, o.pull_api_port, "--pull-api"),
-        o.health_port and listen_refusal(o.health_host, o.health_port, "--health-port", "--health-host"),
+        o.pull_api_port is not None and listen_refusal(o.pull_api_host, o.pull_api_port, "--pull-api"),
+        o.health_port is not None
+        and listen_refusal(o.health_host, o.health_port, "--health-port", "--health-host"),
     ):
         if refusal:
             raise ValueError(refusal)

@@ -211,6 +211,7 @@ def run_push(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
         health = HealthServer(None, options.worker_id, options.health_host, options.health_port)
         with _binding():  # taken: exit 2
             health.start()
+        _listening("health probes", options.health_host, health.port)
     try:
         # before the loop: a wait for the cluster must not hold off SIGTERM
         delivery, version = connected(options)
@@ -297,6 +298,7 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     assert options.pull_api_port is not None
     with _binding():  # taken: exit 2
         listener = socket.create_server((options.pull_api_host, options.pull_api_port))
+    _listening("pull API", options.pull_api_host, listener.getsockname()[1])
     server: uvicorn.Server | None = None
     counted = stats if stats is not None else SessionStats()
     made: list[WorkerSession] = []
@@ -344,6 +346,12 @@ def run_pull(options: SidecarOptions, stats: SessionStats | None = None) -> Sess
     if deaths:
         raise deaths[0]
     return counted
+
+
+def _listening(what: str, host: str, port: int) -> None:
+    """Log where ``what`` listens, once bound: the port asked for, or with port 0 the kernel's pick,
+    which only this line tells a user (or a test that starts a sidecar and must not race for a port)."""
+    log.info("%s listening on http://%s:%d", what, f"[{host}]" if ":" in host else host, port)
 
 
 def _pull_server(app: Any, drain_timeout_s: float, hurry: Hurry) -> uvicorn.Server:
