@@ -26,13 +26,12 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem, Lease, LeaseSettings, PublishedSchedule
 from service.embedded import EmbeddedServer
 from service.engine_sim.app import build_config, create_app
-from service.ports import free_port
 from service.sidecar.runner import Sidecar
 from service.sidecar.session import SessionStats
+from tests.service.bound_port import child_port
 
 ROOT = Path(__file__).resolve().parents[3]
 KILLED_BEFORE_MS = 1_000  # how long before its successor started a killed sidecar claimed (Redis's clock)
-PORT_TRIES = 3  # engine-sim starts per engine when its port was taken before it could bind
 # How long a child process may take to start answering: a bound against "never", not a speed. Its
 # imports take seconds on a loaded 2-core host, and eight engine-sims started at once at load ~24 had
 # not all answered ``/health`` in 30 s (test_process_end_to_end, round 43).
@@ -87,28 +86,21 @@ class Cluster:
     def engines(self, specs: dict[str, tuple[str, float]], *extra: str) -> dict[str, str]:
         """Start one ``engine-sim`` process per name from (device, time scale), all in parallel.
 
-        Returns their base URLs once every one answers ``/health``. A port is free when picked, not
-        when the child binds it: one another process took in between (seen once in a CI run, among
-        eight engines) gets the engine restarted on a fresh port, up to ``PORT_TRIES`` times.
+        Returns their base URLs once every one answers ``/health``. Each is asked for port 0 and
+        found on the port the kernel gave it (``tests.service.bound_port``): a port picked free here
+        could be taken by another process before the child bound it (seen once in a CI run, among
+        eight engines, when the engines were told a port ``free_port`` picked).
         """
         started = {name: self._engine(name, spec, extra) for name, spec in specs.items()}
-        for name, spec in specs.items():
-            for attempt in range(PORT_TRIES):
-                proc, url = started[name]
-                try:
-                    wait_http(f"{url}/health", proc)
-                    break
-                except RuntimeError:
-                    if attempt == PORT_TRIES - 1 or "address already in use" not in proc.log.read_text():
-                        raise
-                    started[name] = self._engine(name, spec, extra)
-        return {name: url for name, (_, url) in started.items()}
+        urls = {name: bound_url(proc) for name, proc in started.items()}
+        for name, url in urls.items():
+            wait_http(f"{url}/health", started[name])
+        return urls
 
-    def _engine(self, name: str, spec: tuple[str, float], extra: tuple[str, ...]) -> tuple[Proc, str]:
+    def _engine(self, name: str, spec: tuple[str, float], extra: tuple[str, ...]) -> Proc:
         device, scale = spec
-        port = free_port()
-        args = ["engine-sim", "--port", str(port), "--device", device, "--time-scale", str(scale)]
-        return self.spawn(name, [*args, *extra]), f"http://127.0.0.1:{port}"
+        args = ["engine-sim", "--port", "0", "--device", device, "--time-scale", str(scale)]
+        return self.spawn(name, [*args, *extra])
 
     def engine_threads(
         self, time_scales: dict[str, float], max_num_seqs: int = 256, contexts: dict[str, int] | None = None
@@ -124,12 +116,12 @@ class Cluster:
             context = (contexts or {}).get(name, 32_768)
             config = build_config("H100", time_scale=scale, max_num_seqs=max_num_seqs, max_model_len=context)
             server = uvicorn.Server(
-                uvicorn.Config(create_app(config), host="127.0.0.1", port=free_port(), log_level="warning")
+                uvicorn.Config(create_app(config), host="127.0.0.1", port=0, log_level="warning")
             )
             thread = threading.Thread(target=server.run, name=name, daemon=True)
             thread.start()
             self.threads.append((server, thread))
-            urls[name] = f"http://127.0.0.1:{server.config.port}"
+            urls[name] = f"http://127.0.0.1:{_thread_port(server, thread)}"  # the kernel's pick
         for url in urls.values():
             wait_http(f"{url}/health", None)
         return urls
@@ -161,6 +153,26 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         yield group
     finally:
         group.close()
+
+
+def bound_url(proc: Proc) -> str:
+    """``http://127.0.0.1:<port>`` of the one port child ``proc`` listens on: an ``engine-sim --port 0``,
+    a ``sidecar --pull-api 0`` or ``--health-port 0``, found on the kernel's pick once it listens
+    (``tests.service.bound_port``); one that exits first fails with its log."""
+    try:
+        return f"http://127.0.0.1:{child_port(proc.popen, PROCESS_START_S)}"
+    except AssertionError as failed:
+        raise RuntimeError(f"{proc.name}: {failed}; log:\n{proc.log.read_text()[-2000:]}") from None
+
+
+def _thread_port(server: uvicorn.Server, thread: threading.Thread) -> int:
+    """The port ``server`` (asked for port 0, running in ``thread``) bound, once it has started."""
+    deadline = time.monotonic() + PROCESS_START_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"engine-sim {thread.name} did not start")
+        time.sleep(0.02)
+    return int(server.servers[0].sockets[0].getsockname()[1])
 
 
 def wait_http(url: str, proc: Proc | None, timeout_s: float = PROCESS_START_S) -> None:

@@ -18,8 +18,7 @@ from service.commands import engine_sim, sidecar
 from service.delivery import keys
 from service.delivery.protocol import Delivery
 from service.names import name_error
-from service.ports import free_port
-from tests.service.sidecar.procs import cluster, item, publish, wait_http, wait_until
+from tests.service.sidecar.procs import bound_url, cluster, item, publish, wait_http, wait_until
 
 
 def _app() -> typer.Typer:
@@ -60,7 +59,7 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "e"], "engine_url"),
         (["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--pull-api", "99999"], "at most 65535"),
         ([*PUSH, "--health-port", "70000"], "health-port=70000: a port is at most 65535"),
-        ([*PUSH, "--health-port", "0"], "health-port=0: must be >= 1"),
+        ([*PUSH, "--health-port", "-1"], "health-port=-1: must be >= 0"),
         ([*PUSH, "--log-level", "LOUD"], "log-level"),
         ([*PUSH, "--heartbeat-interval", "0"], "heartbeat-interval=0.0"),
         ([*PUSH, "--idle-poll", "0"], "idle-poll"),
@@ -172,12 +171,11 @@ def test_pull_mode_keeps_a_pulled_lease_alive_and_hands_back_what_it_holds_on_si
     # leases passed with the pull heartbeats never sent, since the /done after that silence found an
     # outage and graced both leases (``pulse`` in common.lua). 12 s leases are renewed 4 s on.
     publish(delivery, "pull", {"w0": [item("a", 0, 5), item("b", 0, 5)]}, lease_ttl_ms=12_000)
-    port = free_port()
     with cluster(tmp_path) as procs:
         worker = procs.spawn(
-            "pull", ["sidecar", "--worker-id", "w0", "--pull-api", str(port), "--redis-url", redis_url]
+            "pull", ["sidecar", "--worker-id", "w0", "--pull-api", "0", "--redis-url", redis_url]
         )
-        base = f"http://127.0.0.1:{port}"
+        base = bound_url(worker)  # the kernel's pick
         wait_http(f"{base}/ready", worker)  # /next answers 204 until then (docs/sidecar.md, GET /ready)
         first = httpx.get(f"{base}/next").json()
         second = httpx.get(f"{base}/next").json()

@@ -32,6 +32,7 @@ from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
 from tests.cluster import one_node_cluster
 from tests.service.sidecar.procs import (
+    bound_url,
     cluster,
     item,
     publish,
@@ -279,11 +280,10 @@ def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_t
     try:
         delivery = Delivery.from_url(server.url, cluster=on_cluster)
         with cluster(tmp_path) as procs:
-            port = free_port()
-            flags = ["--pull-api", str(port), "--redis-url", server.url, "--drain-timeout", "0"]
+            flags = ["--pull-api", "0", "--redis-url", server.url, "--drain-timeout", "0"]
             flags += ["--cluster"] if on_cluster else []
             sidecar = procs.spawn("sidecar-w0", ["sidecar", "--worker-id", "w0", *flags])
-            base = f"http://127.0.0.1:{port}"
+            base = bound_url(sidecar)  # the kernel's pick
             wait_http(f"{base}/ready", sidecar, 120)
             publish(delivery, "paused", {"w0": [item(f"p{i}", 0, 10) for i in range(2)]}, 30_000)
             for _ in range(2):  # the worker holds both

@@ -31,8 +31,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.ports import free_port
-from tests.service.sidecar.procs import ROOT, Cluster, Proc, cluster, counters_line, wait_http
+from tests.service.sidecar.procs import ROOT, Cluster, Proc, bound_url, cluster, counters_line, wait_http
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 EVERY_S = 0.001  # the gap between two signals of a stream: well inside the window it closed
@@ -41,10 +40,9 @@ LONGEST_S = 60.0  # a process still running by then is a failure of its own (a h
 
 def _ready_push_sidecar(procs: Cluster, redis_url: str, engine_url: str) -> Proc:
     """A push sidecar of ``w0`` that drains for at most 1 s, once it is ready."""
-    port = free_port()
-    flags = ["--health-port", str(port), "--drain-timeout", "1"]
+    flags = ["--health-port", "0", "--drain-timeout", "1"]  # the kernel's pick (bound_url)
     sidecar = procs.sidecar("w0", engine_url, redis_url, *flags)
-    wait_http(f"http://127.0.0.1:{port}/ready", sidecar)
+    wait_http(f"{bound_url(sidecar)}/ready", sidecar)
     return sidecar
 
 
@@ -72,11 +70,10 @@ def test_a_push_sidecar_signalled_again_after_its_counters_line_exits_0_without_
 def test_a_pull_sidecar_signalled_again_after_its_counters_line_exits_0_without_a_traceback(
     sig: signal.Signals, redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    port = free_port()
     with cluster(tmp_path) as procs:
-        args = ["sidecar", "--worker-id", "w0", "--redis-url", redis_url, "--pull-api", str(port)]
+        args = ["sidecar", "--worker-id", "w0", "--redis-url", redis_url, "--pull-api", "0"]
         sidecar = procs.spawn("sidecar-w0", [*args, "--drain-timeout", "1"])
-        wait_http(f"http://127.0.0.1:{port}/ready", sidecar)
+        wait_http(f"{bound_url(sidecar)}/ready", sidecar)
         status = _signalled_again_after_its_counters(sidecar, sig)
     assert status == 0
     assert "Traceback" not in sidecar.log.read_text()

@@ -25,8 +25,17 @@ import pytest
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
-from service.ports import free_port
-from tests.service.sidecar.procs import ROOT, Cluster, Proc, cluster, item, publish, wait_http, wait_until
+from tests.service.sidecar.procs import (
+    ROOT,
+    Cluster,
+    Proc,
+    bound_url,
+    cluster,
+    item,
+    publish,
+    wait_http,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 UNTIMED = "tests.service.sidecar.untimed_child"
@@ -59,9 +68,8 @@ def _push(procs: Cluster, delivery: Delivery, redis_url: str) -> Proc:
 
 def _pull(procs: Cluster, delivery: Delivery, redis_url: str) -> Proc:
     """A pull sidecar whose worker holds two items: its heartbeats go on calling Redis."""
-    port = free_port()
-    sidecar = _untimed(procs, "--pull-api", str(port), "--redis-url", redis_url)
-    base = f"http://127.0.0.1:{port}"
+    sidecar = _untimed(procs, "--pull-api", "0", "--redis-url", redis_url)
+    base = bound_url(sidecar)  # the kernel's pick
     wait_http(f"{base}/ready", sidecar, 120)
     publish(delivery, "stalled", {"w0": [item(f"p{i}", 0, 10) for i in range(2)]}, 30_000)
     for _ in range(2):

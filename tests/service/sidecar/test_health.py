@@ -28,7 +28,7 @@ from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from service.sidecar.timings import Durations
 from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
-from tests.service.sidecar.procs import cluster, item, publish, run_until, wait_http, wait_until
+from tests.service.sidecar.procs import bound_url, cluster, item, publish, run_until, wait_http, wait_until
 
 
 def _sidecar(
@@ -112,13 +112,14 @@ def test_a_sidecar_is_ready_once_a_claim_reached_redis(
 def test_a_sidecar_process_waiting_for_a_redis_cluster_that_is_down_answers_liveness_meanwhile(
     tmp_path: Path,
 ) -> None:
-    health, dead = free_port(), free_port()  # nothing listens on ``dead``: the cluster is down
+    dead = free_port()  # nothing listens on ``dead``: the cluster is down
     with cluster(tmp_path) as procs:
-        flags = ["--cluster", "--health-port", str(health)]
+        flags = ["--cluster", "--health-port", "0"]
         sidecar = procs.sidecar("w0", f"http://127.0.0.1:{free_port()}", f"redis://127.0.0.1:{dead}", *flags)
-        wait_http(f"http://127.0.0.1:{health}/health", sidecar)
-        assert httpx.get(f"http://127.0.0.1:{health}/health").json()["status"] == "connecting"
-        assert httpx.get(f"http://127.0.0.1:{health}/ready").status_code == 503
+        health = bound_url(sidecar)  # the kernel's pick
+        wait_http(f"{health}/health", sidecar)
+        assert httpx.get(f"{health}/health").json()["status"] == "connecting"
+        assert httpx.get(f"{health}/ready").status_code == 503
         wait_until(lambda: "unreachable" in sidecar.log.read_text(), 10, "a retry logged")
         assert sidecar.popen.poll() is None  # still trying, not given up
 
@@ -142,7 +143,7 @@ def test_a_sidecar_waiting_for_its_engine_keeps_turning(redis_client: redis.Redi
 
 
 def test_the_server_answers_from_its_own_thread_and_stops(redis_url: str) -> None:
-    server = HealthServer(_sidecar(redis_url), "w0", "127.0.0.1", free_port())
+    server = HealthServer(_sidecar(redis_url), "w0", "127.0.0.1", 0)  # the kernel's pick
     server.start()
     url = f"http://127.0.0.1:{server.port}/health"
     try:

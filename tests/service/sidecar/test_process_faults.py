@@ -22,6 +22,7 @@ from service.ports import free_port
 from tests.cluster import one_node_cluster
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
+    bound_url,
     cluster,
     counters_line,
     item,
@@ -213,9 +214,9 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
     items = [item("frozen", i, 100_000) for i in range(4)]  # minutes each: they run when it stops
     with cluster(tmp_path) as procs:
         engine = procs.engines({"engine": ("H100", 0.01)})["engine"]
-        health = free_port()
-        flags = ["--engine-stall-timeout", "2", "--health-port", str(health)]
+        flags = ["--engine-stall-timeout", "2", "--health-port", "0"]
         sidecar = procs.sidecar("w0", engine, redis_url, *flags)
+        health = bound_url(sidecar)  # the kernel's pick
         publish(delivery, "sigstop", {"w0": items}, lease_ttl_ms=10_000)
         wait_until(lambda: delivery.progress("sigstop").running == 4, PROCESS_START_S, "all four running")
         procs.procs[0].signal(signal.SIGSTOP)  # the engine-sim process
@@ -223,7 +224,7 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
         # a bound against never, not a speed
         wait_until(lambda: _released(health) == 4, PROCESS_START_S, "the items handed back")
         assert delivery.progress("sigstop").queued == 4
-        body = httpx.get(f"http://127.0.0.1:{health}/health", timeout=5).json()
+        body = httpx.get(f"{health}/health", timeout=5).json()
         assert (body["status"], body["engine_up"], body["held"]) == ("ok", False, 0)
         procs.procs[0].signal(signal.SIGCONT)
         sidecar.signal(signal.SIGTERM)
@@ -231,9 +232,9 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
     assert (stats["released"], stats["failed"]) == (4, 0)
 
 
-def _released(health_port: int) -> int:
-    """The sidecar's ``released`` counter, read from its ``/metrics``."""
-    text = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=5).text
+def _released(health: str) -> int:
+    """The sidecar's ``released`` counter, read from its ``/metrics`` (``health``: the probes' URL)."""
+    text = httpx.get(f"{health}/metrics", timeout=5).text
     found = re.search(r"^rollout_sidecar_released_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
     return int(float(found.group(1))) if found else 0
 

@@ -18,10 +18,10 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.ports import free_port
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
     Proc,
+    bound_url,
     cluster,
     item,
     publish,
@@ -107,18 +107,17 @@ def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases
     and it runs the items again under the leases the restarted sidecar hands it."""
     delivery = Delivery.from_url(redis_url)
     items = [item("pull-restart", i, 100) for i in range(4)]
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    args = ["sidecar", "--worker-id", "w0", "--pull-api", str(port), "--redis-url", redis_url]
+    args = ["sidecar", "--worker-id", "w0", "--redis-url", redis_url, "--pull-api"]
     with cluster(tmp_path) as procs:
-        first = procs.spawn("pull-w0", args)
+        first = procs.spawn("pull-w0", [*args, "0"])
+        base = bound_url(first)  # the kernel's pick; the restarted sidecar serves on it again
         wait_http(f"{base}/ready", first)
         publish(delivery, "pull-restart", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
         handed = _pull(base, first, 4, 30)  # the worker runs all four
         first.signal(signal.SIGKILL)
         first.popen.wait()
         killed_at = time.monotonic()
-        second = procs.spawn("pull-w0-restarted", args)
+        second = procs.spawn("pull-w0-restarted", [*args, base.rsplit(":", 1)[1]])
         again = _pull(base, second, 4, BACK_BY_S)
         back_s = time.monotonic() - killed_at
         late = [_done(base, lease) for lease in handed]  # the surviving worker's reports

@@ -25,10 +25,10 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 from tests.service.sidecar.procs import item, publish, wait_until
 
@@ -93,15 +93,14 @@ def test_sigterm_ends_a_report_stuck_on_redis_at_the_drain_timeout_and_hands_bac
     then its cut logged two errors for a shutdown that did what it promises (``pull_drain``)."""
     delivery = Delivery.from_url(aof_server.url)
     publish(delivery, "drain", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=600_000)
-    port = free_port()
-    command = [sys.executable, "-m", "service.cli", "sidecar", "--worker-id", "w0", "--pull-api", str(port)]
+    command = [sys.executable, "-m", "service.cli", "sidecar", "--worker-id", "w0", "--pull-api", "0"]
     command += ["--redis-url", aof_server.url, "--drain-timeout", "1"]
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
     try:
+        base = f"http://127.0.0.1:{child_port(proc, 30)}"  # the kernel's pick (tests.service.bound_port)
         until_status(f"{base}/ready", 200, proc, timeout_s=30)
         first = httpx.get(f"{base}/next", timeout=5.0).json()
         httpx.get(f"{base}/next", timeout=5.0)

@@ -21,14 +21,21 @@ import pytest
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from tests.cluster import one_node_cluster
+from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 
 
-def _sidecar(pull_port: int, redis_url: str, cluster: bool = True) -> subprocess.Popen[str]:
+def _sidecar(redis_url: str, cluster: bool = True) -> subprocess.Popen[str]:
+    """A pull sidecar on a port the kernel picks (``_base`` finds it): nothing to race for."""
     command = [sys.executable, "-c", "from service.cli import main; main()", "sidecar", "--worker-id", "w0"]
-    command += ["--pull-api", str(pull_port), "--redis-url", redis_url, *(["--cluster"] if cluster else [])]
+    command += ["--pull-api", "0", "--redis-url", redis_url, *(["--cluster"] if cluster else [])]
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _base(proc: subprocess.Popen[str]) -> str:
+    """The pull API's URL, once the sidecar listens (``tests.service.bound_port``)."""
+    return f"http://127.0.0.1:{child_port(proc, 30)}"
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -44,11 +51,11 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 @pytest.mark.timeout(90)
 def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once_it_answers() -> None:
-    redis_port, pull_port = free_port(), free_port()
-    proc = _sidecar(pull_port, f"redis://127.0.0.1:{redis_port}/0")
-    base = f"http://127.0.0.1:{pull_port}"
+    redis_port = free_port()
+    proc = _sidecar(f"redis://127.0.0.1:{redis_port}/0")
     node = None
     try:
+        base = _base(proc)
         health = until_status(f"{base}/health", 200, proc, timeout_s=30)  # no cluster at all yet
         assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0, "waiting": 0}
         assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
@@ -73,11 +80,11 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
 def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answers() -> None:
     """Against a plain Redis (no cluster) down at start-up, ``/ready`` answered 200 at once, while
     every ``/next`` answered 503 "redis unavailable": ready meant nothing."""
-    redis_port, pull_port = free_port(), free_port()
-    proc = _sidecar(pull_port, f"redis://127.0.0.1:{redis_port}/0", cluster=False)
-    base = f"http://127.0.0.1:{pull_port}"
+    redis_port = free_port()
+    proc = _sidecar(f"redis://127.0.0.1:{redis_port}/0", cluster=False)
     server = None
     try:
+        base = _base(proc)
         health = until_status(f"{base}/health", 200, proc, timeout_s=30)
         assert health.json() == {"status": "connecting", "worker_id": "w0", "held": 0, "waiting": 0}
         assert httpx.get(f"{base}/ready", timeout=2.0).status_code == 503
@@ -97,9 +104,8 @@ def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answe
 
 @pytest.mark.timeout(60)
 def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
-    pull_port = free_port()
-    proc = _sidecar(pull_port, f"redis://127.0.0.1:{free_port()}/0")
-    until_status(f"http://127.0.0.1:{pull_port}/health", 200, proc, timeout_s=30)
+    proc = _sidecar(f"redis://127.0.0.1:{free_port()}/0")
+    until_status(f"{_base(proc)}/health", 200, proc, timeout_s=30)
     code, out, _ = _stop(proc)  # fails unless it exits within 20 s of the SIGTERM
     assert code == 0  # a clean exit, not _stop's kill; no wall-clock figure: at load 38 the
     # interpreter's own teardown on a starved CPU ran 7 s past the drain (helper timedtests)
@@ -112,7 +118,7 @@ def test_pull_mode_whose_cluster_refuses_its_password_exits_with_one_line() -> N
     redis_port = free_port()
     node = one_node_cluster(redis_port, password="s3cret")
     try:
-        proc = _sidecar(free_port(), f"redis://:wrong@127.0.0.1:{redis_port}/0")
+        proc = _sidecar(f"redis://:wrong@127.0.0.1:{redis_port}/0")
         _, err = proc.communicate(timeout=45)
         assert proc.returncode == 2
         assert "refused our credentials" in err.strip().splitlines()[-1]

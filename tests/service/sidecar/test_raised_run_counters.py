@@ -28,7 +28,7 @@ from service.sidecar import launch
 from service.sidecar.launch import CannotListenError, SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.supervision import LoopDiedError
-from tests.service.sidecar.procs import ROOT, Cluster, Proc, cluster, item, publish, wait_http
+from tests.service.sidecar.procs import ROOT, Cluster, Proc, bound_url, cluster, item, publish, wait_http
 from tests.service.sidecar.test_stop_signals_in_process import ARGS, _caller_app
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -148,11 +148,11 @@ def test_a_pull_sidecar_whose_heartbeat_loop_died_prints_what_it_had_counted(
     redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     publish(Delivery(redis_client), "s", {"w0": [item("a", 0, 10), item("b", 0, 10)]}, lease_ttl_ms=60_000)
-    port = free_port()
     with cluster(tmp_path) as procs:
-        sidecar = _dying_sidecar(procs, ["--redis-url", redis_url, "--pull-api", str(port)], 1)
-        wait_http(f"http://127.0.0.1:{port}/ready", sidecar)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as worker:
+        sidecar = _dying_sidecar(procs, ["--redis-url", redis_url, "--pull-api", "0"], 1)
+        base = bound_url(sidecar)  # the kernel's pick
+        wait_http(f"{base}/ready", sidecar)
+        with httpx.Client(base_url=base, timeout=30.0) as worker:
             lease = worker.get("/next", params={"wait_s": 10}).json()
             body = {key: lease[key] for key in ("schedule_id", "key", "token")}
             assert worker.post("/done", json={**body, "output_tokens": 10}).status_code == 200

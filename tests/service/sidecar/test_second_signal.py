@@ -28,7 +28,6 @@ import redis
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -36,6 +35,7 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSess
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
     Proc,
+    bound_url,
     cluster,
     counters_line,
     item,
@@ -123,10 +123,9 @@ def test_a_pull_sidecar_s_second_signal_gives_up_its_requests_and_hands_back_wit
     try:
         delivery = Delivery.from_url(server.url)
         with cluster(tmp_path) as procs, ThreadPoolExecutor(1) as worker:
-            port = free_port()
-            flags = ["--pull-api", str(port), "--redis-url", server.url, "--drain-timeout", str(DRAIN_S)]
+            flags = ["--pull-api", "0", "--redis-url", server.url, "--drain-timeout", str(DRAIN_S)]
             sidecar = procs.spawn("sidecar-w0", ["sidecar", "--worker-id", "w0", *flags])
-            base = f"http://127.0.0.1:{port}"
+            base = bound_url(sidecar)  # the kernel's pick
             wait_http(f"{base}/ready", sidecar, PROCESS_START_S)
             publish(delivery, "twice", {"w0": [item(f"p{i}", 0, 10) for i in range(2)]}, 30_000)
             leases = [httpx.get(f"{base}/next?wait_s=10", timeout=60).json() for _ in range(2)]

@@ -23,7 +23,7 @@ from service.sidecar.early_stop import STOP_SIGNALS
 from service.sidecar.hurry import Hurry
 from service.sidecar.session_settings import SessionStats
 from tests.service.interrupt import handlers_kept
-from tests.service.sidecar.procs import PROCESS_START_S, cluster, counters_line, wait_http
+from tests.service.sidecar.procs import PROCESS_START_S, bound_url, cluster, counters_line, wait_http
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 
@@ -32,11 +32,11 @@ SIGNALS = [signal.SIGTERM, signal.SIGINT]
 def test_a_sidecar_stopped_while_it_waits_for_its_cluster_at_start_exits_0_with_zero_counters(
     sig: signal.Signals, tmp_path: Path
 ) -> None:
-    health, dead = free_port(), free_port()  # nothing listens on ``dead``: the cluster is down
+    dead = free_port()  # nothing listens on ``dead``: the cluster is down
     with cluster(tmp_path) as procs:
-        flags = ["--cluster", "--health-port", str(health)]
+        flags = ["--cluster", "--health-port", "0"]  # the kernel's pick (bound_url)
         sidecar = procs.sidecar("w0", f"http://127.0.0.1:{free_port()}", f"redis://127.0.0.1:{dead}", *flags)
-        wait_http(f"http://127.0.0.1:{health}/health", sidecar)  # up, and waiting for the cluster
+        wait_http(f"{bound_url(sidecar)}/health", sidecar)  # up, and waiting for the cluster
         sidecar.signal(sig)
         line = counters_line(sidecar)
         status = sidecar.popen.wait(timeout=PROCESS_START_S)
