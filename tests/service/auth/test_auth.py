@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+import typer
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -91,13 +92,12 @@ def test_probes_and_metrics_need_no_token(secured: TestClient) -> None:
     assert secured.get("/metrics").status_code == 200
 
 
-def test_serve_refuses_a_public_address_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.cli_app import _register, app
-
+def test_serve_refuses_a_public_address_without_a_token(
+    cli: typer.Typer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ROLLOUT_TRAINER_TOKENS", raising=False)
     monkeypatch.delenv("ROLLOUT_WORKER_TOKENS", raising=False)
-    _register()
-    result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0"])
+    result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "0"])
     assert result.exit_code != 0
     assert "token" in result.output.lower()
     assert "Traceback" not in result.output
