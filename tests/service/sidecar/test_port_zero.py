@@ -24,7 +24,9 @@ def _logged_port(sidecar: Proc, what: str) -> int:
     pattern = re.compile(rf"{what} listening on http://127\.0\.0\.1:(\d+)$")
 
     def found() -> re.Match[str] | None:
-        for line in sidecar.log.read_text().splitlines():
+        log = sidecar.log.read_text()
+        assert sidecar.popen.poll() is None, f"{sidecar.name} exited: {log[-2000:]}"
+        for line in log.splitlines():
             if line.startswith("{") and (match := pattern.search(json.loads(line)["message"])):
                 return match
         return None
