@@ -23,6 +23,7 @@ from service.ports import free_port
 from tests.cluster import one_node_cluster
 from tests.service.bound_port import child_port
 from tests.service.polling import until_status
+from tests.service.sidecar.procs import PROCESS_START_S
 
 
 def _sidecar(redis_url: str, cluster: bool = True) -> subprocess.Popen[str]:
@@ -34,8 +35,10 @@ def _sidecar(redis_url: str, cluster: bool = True) -> subprocess.Popen[str]:
 
 
 def _base(proc: subprocess.Popen[str]) -> str:
-    """The pull API's URL, once the sidecar listens (``tests.service.bound_port``)."""
-    return f"http://127.0.0.1:{child_port(proc, 30)}"
+    """The pull API's URL, once the sidecar listens (``tests.service.bound_port``): after its imports,
+    which took a minute at load ~30 on 2 cores, so ``PROCESS_START_S`` bounds them (against never),
+    and the bounds after it time the sidecar's answers, not its start."""
+    return f"http://127.0.0.1:{child_port(proc, PROCESS_START_S)}"
 
 
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -49,7 +52,7 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
 def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once_it_answers() -> None:
     redis_port = free_port()
     proc = _sidecar(f"redis://127.0.0.1:{redis_port}/0")
@@ -76,7 +79,7 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
             node.stop()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
 def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answers() -> None:
     """Against a plain Redis (no cluster) down at start-up, ``/ready`` answered 200 at once, while
     every ``/next`` answered 503 "redis unavailable": ready meant nothing."""
@@ -102,7 +105,7 @@ def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answe
             server.stop()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
 def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
     proc = _sidecar(f"redis://127.0.0.1:{free_port()}/0")
     until_status(f"{_base(proc)}/health", 200, proc, timeout_s=30)
@@ -112,14 +115,15 @@ def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster(
     assert json.loads(out.strip().splitlines()[-1])["claimed"] == 0
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
 def test_pull_mode_whose_cluster_refuses_its_password_exits_with_one_line() -> None:
     """Waiting cannot fix credentials: the sidecar stops serving and says so, as in push mode."""
     redis_port = free_port()
     node = one_node_cluster(redis_port, password="s3cret")
     try:
         proc = _sidecar(f"redis://:wrong@127.0.0.1:{redis_port}/0")
-        _, err = proc.communicate(timeout=45)
+        # its start and the refusal: a bound against never (not ``_base``: it may exit before a look)
+        _, err = proc.communicate(timeout=PROCESS_START_S)
         assert proc.returncode == 2
         assert "refused our credentials" in err.strip().splitlines()[-1]
         assert "wrong" not in err
