@@ -91,8 +91,8 @@ def test_a_stop_after_the_automatic_retrains_last_line_abandons_nothing(
         retrainer = _started(client)
         end = retrainer._end
 
-        def ending(background: bool) -> None:  # its last line said, its thread not yet gone
-            end(background)
+        def ending() -> None:  # its last line said, its thread not yet gone
+            end()
             ended.set()
             assert go.wait(WAIT_S)
 
@@ -126,79 +126,3 @@ def test_a_stop_as_the_automatic_retrains_thread_starts_abandons_it_and_hears_no
     assert "stores no version" in line
     retrains = ("service.models", "service.retrain")
     assert [r.getMessage() for r in caplog.records[said:] if r.name in retrains] == []
-
-
-class _Ordered:
-    """The retrainer's lock (``_said``, its lines' and the stop's), the stop waiting at it for
-    ``decide`` and saying ``waits`` as it comes; any other thread's use unchanged."""
-
-    def __init__(self, inner: Any, stop: Callable[[], threading.Thread | None]) -> None:
-        self._inner, self._stop = inner, stop
-        self.waits, self.decide = threading.Event(), threading.Event()
-
-    def __enter__(self) -> object:
-        if threading.current_thread() is self._stop():
-            self.waits.set()
-            assert self.decide.wait(WAIT_S)
-        self._inner.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._inner.release()
-
-
-class _LetGo:
-    """The retrain's own lock (``_running``), its holder saying ``released`` as it lets it go and then
-    waiting for ``go`` before its next step (the ``retrain done`` line)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.released, self.go = threading.Event(), threading.Event()
-
-    def acquire(self, *args: Any, **kwargs: Any) -> bool:
-        return bool(self._inner.acquire(*args, **kwargs))
-
-    def locked(self) -> bool:
-        return bool(self._inner.locked())
-
-    def release(self) -> None:
-        self._inner.release()
-        if threading.current_thread().name == "retrain":
-            self.released.set()
-            assert self.go.wait(WAIT_S)
-
-
-def test_a_stop_deciding_once_a_stored_retrain_let_its_lock_go_before_its_done_line_abandons_it_storing(
-    live_settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The stop found the retrain (asked for) running, and waited to say so; the retrain stored its
-    version and let the retrain's lock go meanwhile, its ``retrain done`` line still to come: it is
-    still under way, past its fence, and that line does not follow the stop's."""
-    caplog.set_level(logging.INFO)
-    storing, go = threading.Event(), threading.Event()
-    stopping: list[threading.Thread] = []
-    answers: list[bool] = []
-    with TestClient(create_app(live_settings)) as client:
-        retrainer = _started(client)
-        said = retrainer._said = _Ordered(retrainer._said, lambda: stopping[0] if stopping else None)
-        running = retrainer._running = _LetGo(retrainer._running)
-        monkeypatch.setattr(ModelStore, "save", _held_at(storing, go, ModelStore.save))
-        retrain = threading.Thread(target=retrainer.retrain_now, args=("request",), name="retrain")
-        retrain.start()
-        assert storing.wait(WAIT_S)  # past its fence, holding the retrain's lock
-        stopping.append(threading.Thread(target=lambda: answers.append(retrainer.stop(0.0))))
-        stopping[0].start()
-        assert said.waits.wait(WAIT_S)  # the stop found it running
-        go.set()
-        assert running.released.wait(WAIT_S)  # stored, the lock let go, its last line to come
-        said.decide.set()
-        stopping[0].join(WAIT_S)
-        lines = len(caplog.records)
-        running.go.set()
-        retrain.join(WAIT_S)
-        assert not retrain.is_alive()
-    assert answers == [False]
-    [line] = _abandoned(caplog)
-    assert "storing its version" in line
-    assert [r.getMessage() for r in caplog.records[lines:] if r.name == "service.retrain"] == []
-    assert len(ModelStore(live_settings.model_dir).versions()) == 1
