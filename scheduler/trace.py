@@ -45,15 +45,40 @@ MINIMUM = {"step": 0, "sample_idx": 0, "prompt_tokens": 1, "output_tokens": 1, "
 BELOW_MINIMUM = {"output_tokens": "a generation is at least the token it ended on (an empty one is its EOS)"}
 
 
+# Why a finish reason other than these is no actual (a trace row, ``POST /actuals``): an engine's
+# ``abort`` (a pause for a weight sync, a cancel) cut the generation before it ended, at any count, 0
+# included; its count is no length, and learned as one it taught the predictor short (trace55).
+NO_LENGTH = (
+    "must be 'stop' or 'length': a generation that ended otherwise (an engine's abort) says no length "
+    "to learn from, so it is no actual"
+)
+
+
+def says_length(finish_reason: str | None) -> bool:
+    """Whether a generation that ended so has a length to learn from: ``stop`` or ``length``, or an
+    unknown finish (None, a trace row's). The one rule of what is an actual: a trace row and ``POST
+    /actuals`` refuse any other (``actual_finish``), a result of any other is stored and reported by
+    no client (``service.client.actuals.says_length``), and its count is not held to a length's least
+    (``output_length``)."""
+    return finish_reason is None or finish_reason in FINISH_REASONS
+
+
+def actual_finish(finish_reason: str | None) -> str | None:
+    """``finish_reason`` of an actual (``says_length``), or a ``ValueError`` in ``NO_LENGTH``'s words."""
+    if not says_length(finish_reason):
+        raise ValueError(NO_LENGTH)
+    return finish_reason
+
+
 def output_length(output_tokens: int, finish_reason: str | None = None) -> int:
     """``output_tokens`` as a reported generation's length, or a ``ValueError`` saying why it is none.
 
     Every entry an output length comes in by refuses one below its least in these words, so none
     takes what another refuses: a trace cell (``int_cell``), ``POST /actuals``, the sidecar's
     ``/done``, the delivery's ``complete`` (learn54; ``/done`` took 0). A generation that says no
-    length (a finish reason other than ``stop`` or ``length``: a worker's ``abort``, of which no
-    actual is made) is not held to it; None is a length of unknown finish, as a trace row's."""
-    if finish_reason is not None and finish_reason not in FINISH_REASONS:
+    length (``says_length``: a worker's ``abort``, of which no actual is made) is not held to it: an
+    abort before its first token is 0; None is a length of unknown finish, as a trace row's."""
+    if not says_length(finish_reason):
         return output_tokens
     if output_tokens < MINIMUM["output_tokens"]:
         raise ValueError(_below("output_tokens", MINIMUM["output_tokens"]))
@@ -139,6 +164,10 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     for column in REQUIRED_COLUMNS:
         if column not in cells or _empty(cells[column]):
             raise TraceFormatError(source, line, column, cells.get(column), "required value is missing")
+    finish = cells.get("finish_reason")
+    finish_reason = None if _empty(finish) else str(finish).strip()
+    if not says_length(finish_reason):  # before the counts: an abort's 0 is no miscount, it is no actual
+        raise TraceFormatError(source, line, "finish_reason", finish, NO_LENGTH)
     current = ""
     try:
         current = "step"
@@ -157,10 +186,6 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
         reward = None if _empty(raw_reward) else _float_cell(raw_reward)
     except ValueError as exc:
         raise TraceFormatError(source, line, current, cells.get(current), str(exc)) from None
-    finish = cells.get("finish_reason")
-    finish_reason = None if _empty(finish) else str(finish).strip()
-    if finish_reason is not None and finish_reason not in FINISH_REASONS:
-        raise TraceFormatError(source, line, "finish_reason", finish, "must be 'stop' or 'length'")
     if max_new is not None and output_tokens > max_new:
         raise TraceFormatError(
             source, line, "output_tokens", output_tokens, f"exceeds max_new_tokens={max_new}"

@@ -8,20 +8,26 @@ and features), are ``service.api.schemas``; what the API answers about a publish
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
+from scheduler.trace import actual_finish, output_length
 from service.api.schemas import (
     MAX_COUNT,
     Features,
     Name,
-    OutputTokens,
     ScheduleId,
     Strict,
     Tokens,
     few_feature_names,
 )
+
+
+def _an_actual_finish(finish: object) -> object:
+    """A finish reason of text refused in the trace format's words where it says no length
+    (``scheduler.trace.actual_finish``: an engine's ``abort``); any other value is ``Literal``'s to judge."""
+    return actual_finish(finish) if isinstance(finish, str) else finish
 
 
 class ActualReport(Strict):
@@ -32,8 +38,9 @@ class ActualReport(Strict):
     sample_idx: int = Field(ge=0, le=MAX_COUNT)
     worker_id: Name
     prompt_tokens: Tokens
-    output_tokens: OutputTokens  # at least the token it ended on (``scheduler.trace.output_length``)
-    finish_reason: Literal["stop", "length"]
+    # before output_tokens, which is held to a length's least only where this says a length (``_a_length``)
+    finish_reason: Annotated[Literal["stop", "length"], BeforeValidator(_an_actual_finish)]
+    output_tokens: int = Field(le=MAX_COUNT)  # at least the token it ended on (``_a_length``)
     wall_time_s: float | None = Field(default=None, gt=0)  # admission to last token on the engine;
     # None: not measured (history imported from a trace), so the report teaches length, not speed
     reward: float | None = None
@@ -41,6 +48,17 @@ class ActualReport(Strict):
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
     schedule_id: ScheduleId | None = None  # the schedule that ran it: its planned profiles teach speed
     features: Features = Field(default_factory=dict)
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _a_length(cls, output_tokens: int, info: ValidationInfo) -> int:
+        """At least the token it ended on (``scheduler.trace.output_length``), in the words every
+        entry refuses a 0 by. Not judged where the finish reason was refused (an abort): an aborted
+        generation's count is no length at all, and a 422 naming both sent the user after the count
+        of a report that is no actual (trace55)."""
+        if "finish_reason" not in info.data:
+            return output_tokens
+        return output_length(output_tokens, info.data["finish_reason"])
 
     @field_validator("max_new_tokens")
     @classmethod

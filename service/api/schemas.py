@@ -24,7 +24,6 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from scheduler.trace import output_length
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 from service.workerspec import MAX_WORKERS
@@ -65,16 +64,6 @@ MAX_SEED = 2**63 - 1
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # integers inside ``sampling.extra``
 MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
 Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
-
-
-def _a_length(count: int) -> int:
-    """A reported output length, as every entry takes one (``scheduler.trace.output_length``)."""
-    return output_length(count)
-
-
-# ``Tokens`` refused an output of 0 with "Input should be greater than 0": no why, and not in the
-# words of the trace format and the sidecar's ``/done``, which share the rule now (learn54)
-OutputTokens = Annotated[int, Field(le=MAX_COUNT), AfterValidator(_a_length)]
 
 
 def _utf8(text: str) -> str:

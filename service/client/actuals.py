@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.trace import FINISH_REASONS, MINIMUM
+from scheduler import trace
+from scheduler.trace import MINIMUM
 from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.api.progress_schemas import ResultEntry
 from service.api.schemas import MAX_COUNT
@@ -93,8 +94,9 @@ def says_length(finish_reason: str, output_tokens: int) -> bool:
     that does not is reported by no client (``actual_from_result``), so an asked-for retrain takes
     such a trajectory as settled without an actual (``service.learning.step_over``). No entry takes
     an output of no token with either reason now (``scheduler.trace.output_length``); one stored
-    before says nothing."""
-    return finish_reason in FINISH_REASONS and output_tokens >= MINIMUM["output_tokens"]
+    before says nothing. Which reasons say a length is ``scheduler.trace.says_length``'s rule, which
+    the trace format and ``POST /actuals`` refuse the others by."""
+    return trace.says_length(finish_reason) and output_tokens >= MINIMUM["output_tokens"]
 
 
 def _parts(entry: ResultEntry) -> tuple[str, int]:
