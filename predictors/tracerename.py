@@ -27,11 +27,22 @@ class FileNamedError(TraceFormatError):
 
 def in_file_terms(error: TraceFormatError, rename: Mapping[str, str]) -> TraceFormatError:
     """``error`` naming the file's column where ``rename`` (file column -> schema column) put that
-    column under the schema's name the error names, and saying which; any other error as it is."""
-    source = {new: old for old, new in rename.items()}.get(error.column)
-    if source is None or isinstance(error, FileNamedError):
+    column under the schema's name the error names, and saying which; likewise the other column a
+    cell is compared with (``TraceFormatError.compared``: ``exceeds cap=5`` of a cap the file calls
+    ``cap``, where it named ``max_new_tokens``, trace55); any other error as it is."""
+    if isinstance(error, FileNamedError):
         return error
-    reason = f"as {error.column} (--map {error.column}={source}): {error.reason}"
+    names = {new: old for old, new in rename.items()}
+    reason = error.reason
+    if error.compared is not None and error.compared[1] in names:
+        how, other, value = error.compared
+        reason = f"{how} {names[other]}={value} (as {other}: --map {other}={names[other]})"
+    source = names.get(error.column)
+    if source is None:
+        if reason == error.reason:
+            return error
+        return TraceFormatError(error.source, error.line, error.column, error.value, reason)
+    reason = f"as {error.column} (--map {error.column}={source}): {reason}"
     return TraceFormatError(error.source, error.line, source, error.value, reason)
 
 

@@ -92,12 +92,25 @@ def _below(column: str, minimum: int) -> str:
 
 
 class TraceFormatError(InvalidInputError):
-    """A malformed trace cell, located by source, line (1-based, header = line 1 for csv) and column."""
+    """A malformed trace cell, located by source, line (1-based, header = line 1 for csv) and column.
 
-    def __init__(self, source: str, line: int, column: str, value: object, reason: str) -> None:
+    ``compared``: where the cell is refused against another column of its row (an output past its
+    cap), how and which: (``"exceeds"``, ``"max_new_tokens"``, 5), the reason then ``exceeds
+    max_new_tokens=5``; a renaming names that column as the file does (``predictors.tracerename``)."""
+
+    def __init__(
+        self,
+        source: str,
+        line: int,
+        column: str,
+        value: object,
+        reason: str,
+        compared: tuple[str, str, object] | None = None,
+    ) -> None:
         self.source = source
         self.line = line
         self.column = column
+        self.compared = compared
         super().__init__(f"{source}:{line}:{column}", value, reason)
 
 
@@ -187,9 +200,9 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     except ValueError as exc:
         raise TraceFormatError(source, line, current, cells.get(current), str(exc)) from None
     if max_new is not None and output_tokens > max_new:
-        raise TraceFormatError(
-            source, line, "output_tokens", output_tokens, f"exceeds max_new_tokens={max_new}"
-        )
+        compared = ("exceeds", "max_new_tokens", max_new)
+        reason = f"exceeds max_new_tokens={max_new}"
+        raise TraceFormatError(source, line, "output_tokens", output_tokens, reason, compared)
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extras = {k: v for k, v in cells.items() if k not in known and not _empty(v)}
     return TraceRow(

@@ -248,3 +248,46 @@ def test_a_key_a_jsonl_line_holds_twice_is_named_as_the_line_names_it_whatever_t
     with pytest.raises(TraceFormatError) as refused:
         import_generic(path, "jsonl", parse_mapping(MAPPED))
     assert str(refused.value) == f"{path}:1:output_tokens=None: appears twice in the line"
+
+
+CAPPED = [*MAPPED, "max_new_tokens=cap"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_an_output_past_a_mapped_cap_names_the_users_cap_column_too(tmp_path: Path, suffix: str) -> None:
+    # It named the format's cap: "rlen='7': as output_tokens (...): exceeds max_new_tokens=5", a
+    # column the user's file does not have (trace55).
+    path = tmp_path / f"runs{suffix}"
+    rows = [[0, "a", 0, 10, 4, 5], [0, "b", 0, 10, 7, 5]]
+    header = [*MAPPED_HEADER, "cap"]
+    if suffix == ".csv":
+        _csv(path, header, *rows)
+    else:
+        path.write_text("".join(json.dumps(dict(zip(header, r, strict=True))) + "\n" for r in rows))
+    line = 3 if suffix == ".csv" else 2
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, suffix[1:], parse_mapping(CAPPED))
+    assert str(refused.value) == (
+        f"{path}:{line}:rlen=7: as output_tokens (--map output_tokens=rlen): "
+        "exceeds cap=5 (as max_new_tokens: --map max_new_tokens=cap)"
+    )
+
+
+def test_an_output_past_a_mapped_cap_names_the_cap_as_the_file_does_where_the_output_is_unmapped(
+    tmp_path: Path,
+) -> None:
+    path = _csv(tmp_path / "t.csv", [*SCHEMA, "cap"], [0, "a", 0, 10, 7, 5])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "csv", parse_mapping(["max_new_tokens=cap"]))
+    assert str(refused.value) == (
+        f"{path}:2:output_tokens=7: exceeds cap=5 (as max_new_tokens: --map max_new_tokens=cap)"
+    )
+
+
+def test_an_output_past_an_unmapped_cap_is_said_as_before(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "t.csv", [*MAPPED_HEADER, "max_new_tokens"], [0, "a", 0, 10, 7, 5])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "csv", parse_mapping(MAPPED))
+    assert str(refused.value) == (
+        f"{path}:2:rlen=7: as output_tokens (--map output_tokens=rlen): exceeds max_new_tokens=5"
+    )
