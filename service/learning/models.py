@@ -26,17 +26,17 @@ import numpy as np
 
 from predictors import cutoff
 from predictors.history import History
-from predictors.model import FittedModel, complete_steps, fit
+from predictors.model import complete_steps, fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
 from predictors.store import ModelStore
 from scheduler.errors import InvalidInputError
 from service.delivery.views import DeliveryViews
+from service.learning import store_calls
 from service.learning.actuals import ActualsLog
 from service.learning.folds_beside import FoldsBeside
 from service.learning.heap import release_freed_heap
 from service.learning.step_over import LastStep, StepReports, over
-from service.problems.table import ModelStoreError
 
 _log = logging.getLogger("service.models")
 RELOAD_EVERY_S = 1.0  # how often a request checks the store for a version another replica wrote
@@ -326,11 +326,11 @@ class ModelService:
         with self._swap_lock:  # not while fitting: requests reload meanwhile
             if fence is not None:
                 fence()
-            version = self._saved(model, fence_token)
+            version = store_calls.saved(self.store, model, fence_token)
             if fence is not None:
-                self._kept_if_fenced(version, fence)
+                store_calls.kept_if_fenced(self.store, version, fence)
             self.predictor.use_model(model, version, self.store.stamp(version))
-        self._prune()
+        store_calls.pruned(self.store, self.keep)
         release_freed_heap()  # the fit's native buffers and the old boosters, freed by now
         took = time.perf_counter() - started
         _log.info("retrained", extra={"model_version": f"v{version}", "rows": len(history), "seconds": took})
@@ -357,43 +357,10 @@ class ModelService:
         """``step_over.over`` where this service reads the delivery's keys; False where it does not."""
         return self.delivery is not None and over(last, step, self.delivery)
 
-    def _kept_if_fenced(self, version: int, fence: Callable[[], None]) -> None:
-        """``fence`` again, the version in place: where it raises, the version is removed (a stored
-        version no replica serves, ``predictors.store``) and the error raised."""
-        try:
-            fence()
-        except BaseException:
-            self.store.discard(version)
-            raise
-
     def highest_fence_token(self) -> int:
-        """The highest fencing token in the store (``ModelStore.highest_fence_token``); 503 naming
-        the store where it cannot be listed."""
-        try:
-            return self.store.highest_fence_token()
-        except OSError as error:
-            raise ModelStoreError(f"model store {self.store.root} cannot be listed ({error})") from error
+        """The highest fencing token in the store; 503 naming the store where it cannot be listed."""
+        return store_calls.highest_fence_token(self.store)
 
     def stored_versions(self) -> list[int]:
-        """The store's complete versions; ``ModelStoreError`` (503) naming the store where it cannot be
-        listed (the model held keeps serving: ``reload`` leaves it in place)."""
-        try:
-            return self.store.versions()
-        except OSError as error:
-            raise ModelStoreError(f"model store {self.store.root} cannot be listed ({error})") from error
-
-    def _saved(self, model: FittedModel, fence_token: int | None = None) -> int:
-        """Store ``model`` as a new version; ``ModelStoreError`` naming the store where it cannot be
-        written (a lost or read-only volume, a full disk), not a bare ``OSError`` (a 500)."""
-        try:
-            return self.store.save(model, fence_token)
-        except OSError as error:
-            raise ModelStoreError(f"model store {self.store.root} cannot be written ({error})") from error
-
-    def _prune(self) -> None:
-        """Trim the store to ``keep`` versions. The new version is stored and serving by now, so a
-        store that cannot be listed here fails nothing: the next retrain prunes."""
-        try:
-            self.store.prune(self.keep)
-        except OSError as error:
-            _log.warning("model store %s: old versions not pruned (%s)", self.store.root, error)
+        """The store's complete versions; 503 naming the store where it cannot be listed."""
+        return store_calls.stored_versions(self.store)
