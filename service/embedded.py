@@ -33,7 +33,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from service.embedded_spawn import how_it_ended, spawn
+from service.embedded_spawn import how_it_ended, not_a_program, spawn
 from service.embedded_watch import Watch
 from service.ports import free_port
 
@@ -234,8 +234,14 @@ class EmbeddedServer:
                     raise
 
     def _launch(self, timeout_s: float) -> None:
+        binary = self.binary or find_server_binary()
+        why = not_a_program(binary)
+        if why is not None:  # its start's shell would run it as a script (``not_a_program``)
+            raise EmbeddedServerError(
+                f"valkey-server binary {binary} {why}, not a program: the kernel would not run it"
+            )
         args = [
-            self.binary or find_server_binary(),
+            binary,
             "--port",
             str(self.port),
             "--bind",

@@ -20,6 +20,31 @@ from typing import Protocol
 NOT_RUN = {127: "its binary not found", 126: "its binary found but not executable"}
 
 
+def not_a_program(path: str) -> str | None:
+    """Why ``path``, the server's binary, is a file the kernel would refuse to run but the start's
+    shell would run as a script, or None: a text file without ``#!``, or an empty one.
+
+    The start ``exec``s the server from a shell (``embedded_watch.TELL``), and a POSIX shell whose
+    ``exec`` meets the kernel's ENOEXEC runs the file as a script of its own: a text file pointed
+    at as the binary ran its lines as commands, and its first unknown word's 127 was said as
+    ``its binary not found`` (trace55). ``Popen`` of the binary had raised ``Exec format error``.
+    A program (ELF, or any format with a NUL in its first bytes) and a script with ``#!`` (a
+    wrapper) are run as before; a file not executable or that cannot be read, or a bare name (looked
+    up on PATH by the shell), is left to the shell's own words (``NOT_RUN``)."""
+    if os.sep not in path or not os.access(path, os.X_OK):  # not executable: the shell's 126 says it
+        return None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return None
+    if not head:
+        return "is an empty file"
+    if head.startswith(b"#!") or b"\0" in head:
+        return None
+    return "is a text file without '#!'"
+
+
 class Holder(Protocol):
     """What a started server is handed to (``embedded._Held``): its owner's stop ends ``proc``."""
 

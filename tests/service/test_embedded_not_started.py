@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from service import embedded_watch
-from service.embedded import EmbeddedServer, EmbeddedServerError
+from service.embedded import EmbeddedServer, EmbeddedServerError, find_server_binary
 from tests.service.procfs import children, open_fds
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc (Linux)")
@@ -117,3 +117,32 @@ def test_a_start_whose_watchers_fork_is_refused_leaves_no_pipe(monkeypatch: pyte
     """The first ``Popen`` of the start fails: no server is started without its watcher."""
     _fork_refused(monkeypatch, embedded_watch.WATCHER)
     _failed_start(EmbeddedServer(), BlockingIOError)
+
+
+@pytest.mark.parametrize("text", ["touch {ran}\n", ""])
+def test_a_text_file_given_as_the_binary_is_refused_naming_it_and_never_run(
+    tmp_path: Path, text: str
+) -> None:
+    """The start's shell ran a text file without ``#!`` as a script of its own (the kernel refuses
+    it, ENOEXEC): its lines ran as commands, and the 127 of its first unknown word was said as
+    ``its binary not found`` (trace55)."""
+    ran = tmp_path / "ran"
+    binary = tmp_path / "valkey-server"
+    binary.write_text(text.format(ran=ran))
+    binary.chmod(0o755)
+    said = _failed_start(EmbeddedServer(binary=str(binary)))
+    why = "a text file without '#!'" if text else "an empty file"
+    assert said == f"valkey-server binary {binary} is {why}, not a program: the kernel would not run it"
+    assert not ran.exists()
+
+
+def test_a_wrapper_script_with_its_interpreter_named_starts_the_server(tmp_path: Path) -> None:
+    real = find_server_binary()
+    wrapper = tmp_path / "valkey-server"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    server = EmbeddedServer(binary=str(wrapper)).start()
+    try:
+        assert server.url.startswith("redis://127.0.0.1:")
+    finally:
+        server.stop()
