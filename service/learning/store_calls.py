@@ -5,8 +5,8 @@
 is a ``ModelStoreError`` (503) naming the store, the old versions a prune leaves are a warning (the
 new version is stored and serving by then), and a version whose second fence fails is taken back.
 Kept apart from ``service.learning.models`` (the history's sync and the model's swap), which calls
-these. Lines are logged as the model service's (``service.models``), which an abandoned retrain's
-lines are dropped from (``service.learning.retrain_lines``).
+these. Lines are logged on the model service's logger (the one ``service.learning.models`` logs
+on), from which an abandoned retrain's lines are dropped (``service.learning.retrain_lines``).
 """
 
 from __future__ import annotations
