@@ -37,11 +37,18 @@ its client is under way or ended in the last ``RECENT_S`` (the reports in flight
 sidecar, each retrying, share one ask in that time, not one each), and reads the map only where the ask
 names a new master: a cluster none of whose masters answers is the call's own retries' to find. The
 window runs from the ask's end, and the masters found silent on the client (a call's own master, or one
-that did not answer an ask) are not asked by its calls for ``RECENT_S`` after: with every master
+that did not answer an ask) are not asked by its calls for a while after: with every master
 stalled, each ask waited a socket timeout per master asked, and the window counted from the ask's start
 had the calls that waited behind it ask again, two timeouts more a call at three masters (review54: a
-GET 0.88 s alone, 1.39 s so, at a 0.25 s timeout; ~10 s a try at the sidecar's 5 s). A master that
-comes back is asked again once its window is over.
+GET 0.88 s alone, 1.39 s so, at a 0.25 s timeout; ~10 s a try at the sidecar's 5 s). A silent
+master is remembered longer than the share, though (``silence_s``): a report's retry comes back one
+try later (~3.5 socket timeouts of the client's own retries) and a pause (up to 2 s), so a memory of
+``RECENT_S``, or of one socket timeout, had every retry of one report ask the stalled masters again
+(cluster55: at a 1 s timeout 5.13 s a try for 3.13, every try). It lasts six socket timeouts (the
+rest of the ask that found it, and a try) and the longest pause, and ends at once for a master that
+answers a call of its own on the client (its key's call went through): a master that comes back is
+asked again at its first answer, or at the memory's end where no call goes to it (meanwhile the
+client's paced read finds a failover).
 
 A read that names a new master is an INFO line (the failed master, the new one, the key: a failover met,
 once a pass or client, as later calls go to the new master); a read refused (nodes that disagree, a user
@@ -75,7 +82,9 @@ from service.delivery.errors import NODE_DOWN, down_node
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _REFUSED = (AuthenticationError, AuthorizationError)  # ``ConnectionError``s: credentials, not a node
-RECENT_S = 0.1  # a call of its own trusts another's ask, or a master's silence, on its client this long
+RECENT_S = 0.1  # a call of its own trusts another's ask about a master on its client this long
+SILENT_TIMEOUTS = 6.0  # a silence remembered this many socket timeouts: the rest of its ask, a try
+SILENT_PAUSE_S = 2.0  # and the longest pause of a report's retry (sidecar OutageRetry's LONGEST_PAUSE_S)
 ASKING = float("inf")  # an ask's end while it is under way: the calls meanwhile share it
 _ASKED: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> ask's end
 _SILENT: WeakKeyDictionary[RedisCluster, dict[str, float]] = WeakKeyDictionary()  # master -> silent since
@@ -154,8 +163,8 @@ class Remap:
 
     def _unasked(self) -> set[str]:
         """The masters the ask passes over: those failed or silent in the pass, and for a call of its
-        own those found silent on its client in the last ``RECENT_S`` (a pass tells each silent master
-        to ``on_silent`` itself, so it asks them)."""
+        own those found silent on its client and not answering since (``_silent_now``; a pass tells
+        each silent master to ``on_silent`` itself, so it asks them)."""
         unasked = self._read | self._silent
         if self.alone and isinstance(self.client, RedisCluster):
             return unasked | _silent_now(self.client)
@@ -163,7 +172,7 @@ class Remap:
 
     def _silenced(self, node: ClusterNode, error: Exception) -> None:
         """``node`` did not answer the ask: not asked again in the pass (nor, where it did not answer,
-        by its client's calls of their own for ``RECENT_S``), and told to ``on_silent`` where it did not
+        by its client's calls of their own for ``silence_s``), and told to ``on_silent`` where it did not
         answer (``NODE_DOWN``; a refusal is no node down)."""
         self._silent.add(str(node.name))
         down = isinstance(error, NODE_DOWN)
@@ -191,7 +200,10 @@ def remapped(client: redis.Redis | RedisCluster, key: str, send: Callable[[], T]
     each retried by its caller); where its master did not answer and another master names a new one for its
     slot, the map read and the call sent once more, there (``resent``; the module doc says why, and
     why such calls share one ask of a master in ``RECENT_S``). A blocking call: run it on a thread."""
-    return resent(key, send, Remap(client, alone=True).moved)
+    answer = resent(key, send, Remap(client, alone=True).moved)
+    if isinstance(client, RedisCluster):
+        _answered(client, key)
+    return answer
 
 
 def _ask_due(client: RedisCluster, master: str) -> bool:
@@ -220,12 +232,35 @@ def _found_silent(client: RedisCluster, master: str) -> None:
         _SILENT.setdefault(client, {})[master] = time.monotonic()
 
 
+def _answered(client: RedisCluster, key: str) -> None:
+    """A call of its own on ``key`` went through: its master (the map's now, where a redirect moved
+    it) answers, so it is no longer taken for silent (asked again by the next call's ask)."""
+    if not _SILENT.get(client):  # nothing silent: the common case takes no lock
+        return
+    node = _master(client, key)
+    if node is not None:
+        with _ASKED_LOCK:
+            _SILENT.get(client, {}).pop(str(node.name), None)
+
+
+def silence_s(client: RedisCluster) -> float:
+    """How long a master found silent on ``client`` is passed over by its calls' asks unless it
+    answers one of their calls first: ``SILENT_TIMEOUTS`` socket timeouts and ``SILENT_PAUSE_S``, the
+    time a report's retry takes to come back (the module doc); ``RECENT_S`` for a client without a
+    socket timeout (a stalled master then holds its calls for good: no retry comes back)."""
+    timeout = client.nodes_manager.connection_kwargs.get("socket_timeout")
+    if not timeout:
+        return RECENT_S
+    return max(RECENT_S, SILENT_TIMEOUTS * float(timeout) + SILENT_PAUSE_S)
+
+
 def _silent_now(client: RedisCluster) -> set[str]:
-    """The masters found silent on ``client`` in the last ``RECENT_S``: its calls of their own do not
-    ask them (one socket timeout each a window, not one a call); one back is asked after its window."""
-    now = time.monotonic()
+    """The masters found silent on ``client`` in the last ``silence_s`` that none of its calls found
+    answering since: its calls of their own do not ask them (one socket timeout each a memory, not one
+    a call or a retry)."""
+    now, memory = time.monotonic(), silence_s(client)
     with _ASKED_LOCK:
-        return {master for master, since in _SILENT.get(client, {}).items() if now - since < RECENT_S}
+        return {master for master, since in _SILENT.get(client, {}).items() if now - since < memory}
 
 
 def _master(client: RedisCluster, key: str) -> ClusterNode | None:

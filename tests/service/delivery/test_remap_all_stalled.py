@@ -8,9 +8,11 @@ the ask's start, so a call that met its master's silence while the ask was still
 and every call asked the masters the last call had just found silent: review54 measured a GET at a
 0.25 s timeout 0.88 s alone and 1.39 s through ``remapped`` (at the sidecar's 5 s, ~10 s more a try of
 every report in flight). Now the window runs from the ask's end (an ask under way is shared), and a
-master found silent is not asked by the client's calls for the window, then asked again, so one that
-comes back is seen. The asks are counted as they are sent (``coverage.slots_of``, the one call each ask
-makes of a master); the windows are set, never timed."""
+master found silent is not asked by the client's calls for a memory as long as a report's retry takes
+to come back (``remap.silence_s``; a memory of the 0.1 s window had every retry of one report ask the
+stalled masters again: cluster55), then asked again, or at once where it answers a call of its own, so
+one that comes back is seen. The asks are counted as they are sent (``coverage.slots_of``, the one call
+each ask makes of a master); the windows are set, never timed."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from service.delivery import Delivery, coverage, keys, remap
 from service.delivery.errors import NODE_DOWN
 from service.redis_conn import connect
 from service.settings import Settings
+from service.sidecar.outage_retry import LONGEST_PAUSE_S
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
 
@@ -103,15 +106,53 @@ def test_masters_found_silent_are_not_asked_by_the_clients_next_calls_in_the_win
     calls' masters are all known silent (their own call, or that ask), so none is asked again."""
     cluster, _ = stalled
     monkeypatch.setattr(remap, "RECENT_S", 3600.0)
+    monkeypatch.setattr(remap, "SILENT_PAUSE_S", 3600.0)
     for key in cluster.keys:
         cluster.call(key)
     assert cluster.asks == cluster.masters[1:]
 
 
+def test_a_reports_retry_asks_no_master_its_last_try_found_silent(
+    stalled: tuple[Stalled, LocalCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share window set to nothing, the silence remembered (as a retry comes back within
+    ``silence_s``): the same call sent again, as its caller's retry sends it, asks no one, where the
+    first try asked the other two masters, which did not answer."""
+    cluster, _ = stalled
+    monkeypatch.setattr(remap, "RECENT_S", 0.0)
+    monkeypatch.setattr(remap, "SILENT_PAUSE_S", 3600.0)
+    for _ in range(3):
+        cluster.call(cluster.keys[0])
+    assert cluster.asks == cluster.masters[1:]
+
+
+def test_a_master_that_answers_a_call_of_its_own_is_asked_again_within_the_memory(
+    stalled: tuple[Stalled, LocalCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last master goes on after the first call found it silent, and a call on a key of its own
+    goes through: the next call on the first (still stalled) master asks it at once, though the
+    memory of its silence is far from over, and it answers (no map read, the call's error raised)."""
+    cluster, local = stalled
+    monkeypatch.setattr(remap, "RECENT_S", 0.0)
+    monkeypatch.setattr(remap, "SILENT_PAUSE_S", 3600.0)
+    cluster.call(cluster.keys[0])
+    first = list(cluster.asks)
+    back = cluster.masters[-1]
+    next(node for node in local.nodes if node.port == int(back.rsplit(":", 1)[1])).signal(signal.SIGCONT)
+    assert (
+        remap.remapped(cluster.client, cluster.keys[-1], lambda: cluster.client.get(cluster.keys[-1])) is None
+    )
+    kept = cluster.client.nodes_manager.nodes_cache
+    cluster.call(cluster.keys[0])
+    assert first == cluster.masters[1:]
+    assert cluster.asks[len(first) :] == [back]
+    assert cluster.client.nodes_manager.nodes_cache is kept
+
+
 def test_a_stalled_master_back_is_asked_again_once_its_window_is_over(
     stalled: tuple[Stalled, LocalCluster], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The last master goes on after the first call found it silent; once the window is over the next
+    """The last master goes on after the first call found it silent; once the memory is over the next
     call asks it again (the other master, still stalled, may be asked first), and it answers: the
     key's slot still its stalled master's, no map read, the call's error raised."""
     cluster, local = stalled
@@ -121,6 +162,8 @@ def test_a_stalled_master_back_is_asked_again_once_its_window_is_over(
     back = cluster.masters[-1]
     next(node for node in local.nodes if node.port == int(back.rsplit(":", 1)[1])).signal(signal.SIGCONT)
     monkeypatch.setattr(remap, "RECENT_S", 0.0)
+    monkeypatch.setattr(remap, "SILENT_TIMEOUTS", 0.0)  # the memory of its silence over
+    monkeypatch.setattr(remap, "SILENT_PAUSE_S", 0.0)
     kept = cluster.client.nodes_manager.nodes_cache
     cluster.call(cluster.keys[0])
     assert first == cluster.masters[1:]
@@ -135,3 +178,10 @@ def _key_on(client: RedisCluster, master: str) -> str:
         for key in (keys.schedule_keys(f"s{n}").meta for n in range(100_000))
         if client.get_node_from_key(key).name == master  # type: ignore[no-untyped-call]
     )
+
+
+def test_the_silence_memory_covers_a_reports_longest_pause() -> None:
+    """``remap.silence_s`` counts the longest pause of a report's retry (the sidecar's
+    ``OutageRetry``): a longer pause there would bring the retry back after the memory, to ask the
+    stalled masters again."""
+    assert remap.SILENT_PAUSE_S == LONGEST_PAUSE_S
