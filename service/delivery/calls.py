@@ -10,6 +10,7 @@ ids by (``records.check_name``): the scripts join them into '|'-separated record
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Self, cast
 
@@ -18,6 +19,7 @@ from redis.cluster import RedisCluster
 
 from service.delivery import keys as keyspace
 from service.delivery.errors import (
+    NODE_DOWN,
     MarkLapsedError,
     ScheduleConflictError,
     ScheduleWithdrawnError,
@@ -30,6 +32,7 @@ from service.delivery.retries import short_retry
 from service.delivery.scripts import Scripts, evaluate, register
 from service.delivery.stored import REPLY_DECODING
 
+log = logging.getLogger(__name__)
 RedisClient = redis.Redis | RedisCluster
 # Replies of a script the server did not run (a cluster redirect, a slot on the move: lua/common.lua).
 # By class: redis-py strips the code (MOVED ...) off the message of each, so a test of the message's
@@ -77,9 +80,21 @@ class ScriptCalls(DeliveryIndexes):
         Whatever settles the last item (a completion, a failure or an expired lease dead-lettered by
         a heartbeat, a release or the reaper) must take the schedule out of the sidecars' inboxes and
         the reapers' index at once, or they keep polling finished work until its retention passes.
-        """
+
+        A node that does not answer that retire (``NODE_DOWN``) is a WARNING, and the script's answer
+        stands: raised, the caller's retry ran the script again, answered ``DUPLICATE`` (or the same
+        leases) and raised again while the node was down, so an accepted result was held unanswered
+        (cluster55). The schedule stays in the reapers' index where the retire did not end
+        (``_retire``), and a reap of a settled schedule retires it again."""
         if int(reply[-1]) == 1:
-            self._retire(schedule_id)
+            try:
+                self._retire(schedule_id)
+            except NODE_DOWN as error:
+                log.warning(
+                    "schedule %s settled, its retire from the indexes left to the reapers: %s",
+                    schedule_id,
+                    error,
+                )
         return reply[:-1]
 
     def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:

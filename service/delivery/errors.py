@@ -87,7 +87,9 @@ class IndexNodeDown(redis.ConnectionError):
     reaps) passed the schedule's master's other schedules over as down for the rest of it and counted it
     among the masters failed, and a call of its own (``remap.remapped``) spent an ask of another master,
     and its share of asks, on a master that had answered (review53b). A ``ConnectionError``: every retry
-    and ``except`` of ``NODE_DOWN`` takes it as before."""
+    and ``except`` of ``NODE_DOWN`` takes it as before. A settling script's caller does not meet it
+    (``ScriptCalls._settled`` warns it and answers the script's reply: cluster55); a publish's announce
+    and a cancel, each repaired by its own repeat, raise it."""
 
     def __init__(self, node: str, error: Exception) -> None:
         self.node = node  # its name, host:port, as the cluster client's map names it

@@ -197,7 +197,9 @@ class DeliveryIndexes(DeliveryViews):
         whatever the others answer: a node that does not answer is raised as its own
         (``IndexNodeDown``), after the others' indexes are retired. One pipeline for them all raised
         redis-py's bare "Connection refused" or timeout, naming no node, which its callers took for the
-        schedule's master's, whose script had just answered (review53b)."""
+        schedule's master's, whose script had just answered (review53b). The active index's node is
+        sent last, and not where another did not answer: the schedule stays in the reapers' index, so
+        a reaper's pass over it (a reap of a settled schedule answers it settled) retires it again."""
         try:
             workers = self.info(schedule_id).workers
         except UnknownScheduleError:
@@ -205,9 +207,15 @@ class DeliveryIndexes(DeliveryViews):
         indexes = (keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix))
         names = [*indexes, *(keyspace.inbox(w, self.prefix) for w in workers)]
         client = self.client
-        groups = _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        groups: dict[str | None, list[str]] = (
+            _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        )
         down: IndexNodeDown | None = None
-        for node, group in groups.items():
+        active = next(iter(groups))  # the active and lapse indexes' node (``names``' first)
+        for node in [*(n for n in groups if n != active), active]:
+            group = groups[node]
+            if node == active and down is not None:
+                break  # kept in the active index: a reaper's pass retires it again
             pipe = self.client.pipeline(transaction=False)
             for index in group:
                 pipe.zrem(index, schedule_id)
