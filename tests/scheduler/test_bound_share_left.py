@@ -1,6 +1,9 @@
 """The bound's shares of the budget are of what validation and the problem left of it, counted from
 when they end: a loaded host that stretches validation's wall time no longer takes the bound's share
-alone (``planner.bound_deadlines``; docs/experiments.md, sched54).
+alone (``planner.bound_deadlines``; docs/experiments.md, sched54). Neither deadline is later than
+the moment that leaves the policy's floor (``FLOOR_RATIO`` times what validation and the problem took)
+the rest of the budget: where the plan overruns whatever the bound does, the bound adds none of its
+share to the overrun (sched55).
 
 Every test plans on a fake clock (``tests.scheduler.fake_clock``) on which only validation takes time;
 the bound runs inside ``clock.frozen()`` as well, so its CP-SAT probes stop on their deterministic
@@ -33,18 +36,41 @@ def _deadlines_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]
     return seen
 
 
-def test_validation_that_took_60_ms_of_80_leaves_the_bound_its_shares_of_the_20_left(
+def test_validation_that_took_5_ms_of_80_leaves_the_bound_its_shares_of_the_75_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """From the preparation's start, the shares ended at 20 and 40 ms: both passed before the bound
-    began, and it reported its limits (a)-(c) alone, 0 of 20 ms of it spent."""
+    """The floor's 10 ms fit well after both shares end (23.75 and 42.5 ms): they stand, and the
+    bound's probes within them reach the complete bound (the clock moving nowhere else)."""
     seen = _deadlines_seen(monkeypatch)
     with clock.frozen():
         whole = planner.prepare(REQUEST).bound.value_s
-    slow_stage(monkeypatch, planner, "validate_request", 0.06)
+    slow_stage(monkeypatch, planner, "validate_request", 0.005)
     prepared = planner.prepare(REQUEST)
-    assert seen[-1] == pytest.approx((0.06 + 0.25 * 0.02, 0.06 + 0.5 * 0.02))
-    assert prepared.bound.value_s == whole  # probes within its share, nothing else taking time
+    assert seen[-1] == pytest.approx((0.005 + 0.25 * 0.075, 0.005 + 0.5 * 0.075))
+    assert prepared.bound.value_s == whole
+
+
+def test_validation_that_took_20_ms_of_80_ends_the_fluid_search_where_the_floor_s_40_ms_begin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probes' share ends at 35 ms, before the floor's 40 ms; the fluid share's 50 ms would not
+    leave the policy its floor, so the fluid search stops at 40 ms."""
+    seen = _deadlines_seen(monkeypatch)
+    slow_stage(monkeypatch, planner, "validate_request", 0.02)
+    planner.prepare(REQUEST)
+    assert seen == [pytest.approx((0.02 + 0.25 * 0.06, 0.08 - 2.0 * 0.02))]
+
+
+def test_validation_that_took_60_ms_of_80_leaves_the_bound_no_time_the_floor_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The floor (120 ms) no longer fits in the 20 ms left: the plan overruns whatever the bound
+    does, so both deadlines are the moment the problem was built, as past the whole budget, where
+    the shares of what was left (65 and 70 ms) had added up to 10 ms to the overrun."""
+    seen = _deadlines_seen(monkeypatch)
+    slow_stage(monkeypatch, planner, "validate_request", 0.06)
+    planner.prepare(REQUEST)
+    assert seen == [(0.06, 0.06)]
 
 
 def test_validation_past_the_whole_budget_gives_the_bound_no_time_beyond_it(
