@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from scheduler import clock
 from scheduler.policies.base import BudgetSpent
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import Outdone, order_queues, refine_critical
 from scheduler.policies.problem import Problem
 

@@ -4,7 +4,7 @@ may go to every active worker: the same loop, its per-unit bookkeeping written o
 Why. On the service's batches (no pins, no groups) the general loop's calls per unit (the fitting
 worker's search, the KV peak, the load's totals, the estimate) take 7.7 ms at 4,096 x 32 on a quiet
 host, inside the 80 ms default, enough to leave the judgment it feeds unjudged (docs/experiments.md,
-budget50). Written out, as ``lpt._plain_lpt`` is for plain LPT, it places the same units on the same
+budget50). Written out, as ``lpt_assign._plain_lpt`` is for plain LPT, it places the same units on the same
 workers: each test and sum is the one ``KvPeaks``, ``Load`` and ``load.estimate`` make, in the same
 order, so every float is the same.
 """

@@ -17,7 +17,8 @@ from scheduler.planner import plan
 from scheduler.policies import capband, exchange
 from scheduler.policies.base import Placement
 from scheduler.policies.levels import LevelPlan
-from scheduler.policies.lpt import lpt_assignment, lpt_start
+from scheduler.policies.lpt import lpt_start
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import build_problem, worker_kinds
 
 BATCH = bench_request(1_024, 16, seed=0)  # with affinity, its capped groups crowd the cap band's workers

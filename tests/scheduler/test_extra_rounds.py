@@ -15,7 +15,8 @@ from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
 from scheduler.policies.base import Placement
-from scheduler.policies.lpt import lpt_assignment, lpt_start
+from scheduler.policies.lpt import lpt_start
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import build_problem
 from scheduler.types import PlanRequest
 

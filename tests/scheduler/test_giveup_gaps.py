@@ -21,7 +21,7 @@ import pytest
 from scheduler import at_once, batch_columns, giveup, lowerbound, planner, validation
 from scheduler.benchgen import bench_request
 from scheduler.errors import DeadlinePassedError
-from scheduler.policies import lpt, problem
+from scheduler.policies import lpt_assign, problem
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls
@@ -44,7 +44,7 @@ def test_the_problem_gives_up_between_its_slices_of_units(
 
 def _layout(built: Problem) -> tuple[list[Any], Any, Any, list[int]]:
     """The lpt assignment's queues laid out longest first, as ``order_queues`` plays them at once."""
-    assignment = lpt.lpt_assignment(built)
+    assignment = lpt_assign.lpt_assignment(built)
     flat = [u for units in assignment for u in units]
     bounds = np.concatenate(([0], np.cumsum([len(units) for units in assignment]))).tolist()
     order = at_once.longest_first_layout(

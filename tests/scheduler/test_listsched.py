@@ -11,7 +11,7 @@ from scheduler.benchgen import bench_request, heavy_tailed_batch, mixed_inventor
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies import listrun, listsched
 from scheduler.policies.levels import LevelPlan, band_of, bands_of, solve_levels
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 

@@ -18,7 +18,7 @@ from scheduler.policies import lowband
 from scheduler.policies.calibrate import representative
 from scheduler.policies.levels import KV_UNIT, LevelPlan, band_capacity
 from scheduler.policies.load import KV_FILL
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import build_problem, worker_kinds
 
 BATCH = bench_request(4_096, 32, seed=0)  # the model puts two Ascends in waves at its lowest band

@@ -12,7 +12,7 @@ from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
 from scheduler.planner import plan
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import (
     CANDIDATES,
     UNSEARCHED,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.finish import worker_finish
 from scheduler.policies import problem as problem_module
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import order_queues
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest

@@ -18,7 +18,8 @@ from scheduler.planner import plan
 from scheduler.policies import bandsearch, robust, robust_order
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies.lpt import lpt_assignment, lpt_start
+from scheduler.policies.lpt import lpt_start
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import (
     MIN_SAMPLES,

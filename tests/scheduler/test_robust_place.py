@@ -15,7 +15,8 @@ from scheduler.policies import bandsearch, robust, robust_place
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
 from scheduler.policies.base import Placement
-from scheduler.policies.lpt import calibrated, lpt_assignment, ordered
+from scheduler.policies.lpt import calibrated, ordered
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, build_problem, worker_kinds
 from scheduler.policies.robust import spreads
 from scheduler.policies.robust_fast import at_once_hedge

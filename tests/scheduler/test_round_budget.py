@@ -16,7 +16,7 @@ from scheduler.planner import plan
 from scheduler.policies import ordering
 from scheduler.policies import problem as problem_module
 from scheduler.policies.base import BudgetSpent
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import CANDIDATES, longest_first, order_queues
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import PlanRequest

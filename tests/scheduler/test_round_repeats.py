@@ -17,7 +17,7 @@ from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
 from scheduler.policies.bandround import History
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import Outdone, order_queues
 from scheduler.policies.problem import build_problem
 from scheduler.types import Plan, PlanRequest

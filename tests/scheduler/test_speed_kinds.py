@@ -21,7 +21,7 @@ from scheduler.costmodel import worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import replicate
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import SPEED_TOLERANCE, build_problem, worker_kinds
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array

@@ -12,7 +12,7 @@ from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies.bandround import History
 from scheduler.policies.calibrate import in_waves
-from scheduler.policies.lpt import lpt_assignment
+from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import build_problem
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
