@@ -25,21 +25,20 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from scheduler import batch_columns, giveup
+from scheduler import giveup
 from scheduler.at_once import ends_at_once
 from scheduler.batch_columns import BatchColumns
 from scheduler.costmodel import WorkerCost, speed_clusters, worker_cost
 from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
 from scheduler.policies.plan_draws import SeededDraws, Spread
+from scheduler.policies.problem_columns import Columns, trajectory_columns
 from scheduler.sim_rules import DEFAULT_ENGINE
-from scheduler.stepsum import planned_steps_array
 from scheduler.types import PlanRequest
 
 GIVE_UP_EVERY = 4096  # units built between the caller's hard-deadline checks (``_single_units``)
 SPEED_TOLERANCE = 0.25  # relative spread of time scales within one kind (``worker_kinds``): a pool
 # whose learned speeds scatter by +-10% around one device's stays one kind
-INT64_LIMIT = 2**63  # numpy's int64 products wrap silently at this (``_kv_steps``)
 
 
 class Unit(NamedTuple):
@@ -102,7 +101,7 @@ class Problem:
         them: the floats are added in that order, so the result is the same to the last bit."""
         if not items:
             return 0, 0, 0.0, 0
-        if not self.kv_steps:  # a problem built elsewhere: derive them as ``_columns`` does
+        if not self.kv_steps:  # a problem built elsewhere: derive them as ``trajectory_columns`` does
             return _totals_one_by_one(self.prompts, self.steps, items)
         pick = itemgetter(*items)  # C-level gathers: one item gives a bare value, not a tuple
         steps, kv, prompts = (pick(self.steps), pick(self.kv_steps), pick(self.prompts))
@@ -212,7 +211,7 @@ def _build_problem(request: PlanRequest) -> tuple[Problem, BatchColumns]:
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
-    columns = _columns(request)
+    columns = trajectory_columns(request)
     giveup.check()
     pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in request.trajectories]
     giveup.check()
@@ -245,44 +244,6 @@ def _totals_one_by_one(
     return longest, tokens, kv, prompt
 
 
-class _Columns(NamedTuple):
-    """Per-trajectory figures, as tuples for reading by index and as arrays for ranking."""
-
-    prompts: tuple[int, ...]  # prompt tokens
-    steps: tuple[int, ...]  # planned decode steps
-    need: list[int]  # prompt plus generation cap: the KV cache a worker needs to take it
-    kv_steps: list[float]  # KV-token-steps, p*L + L*(L-1)/2
-    step_array: npt.NDArray[np.int64]
-    kv_array: npt.NDArray[np.float64]
-    bound: BatchColumns  # the lower bound's view of the same columns
-
-
-def _columns(request: PlanRequest) -> _Columns:
-    """Every trajectory's figures at once, with numpy: the build is ``O(n)`` at 32k trajectories."""
-    trajectories = request.trajectories
-    prompt_array = np.array([t.prompt_tokens for t in trajectories], dtype=np.int64)
-    step_array = planned_steps_array([t.predicted_tokens for t in trajectories])
-    caps = np.array([t.max_new_tokens for t in trajectories], dtype=np.int64)
-    need = (prompt_array + caps).tolist()
-    kv_array = _kv_steps(prompt_array, step_array)
-    prompts, steps = tuple(prompt_array.tolist()), tuple(step_array.tolist())
-    bound = batch_columns.from_arrays(prompt_array, step_array, caps)
-    return _Columns(prompts, steps, need, kv_array.tolist(), step_array, kv_array, bound)
-
-
-def _kv_steps(prompts: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """``p*L + L*(L-1)/2`` per trajectory as Python evaluates it on ints: both products exact, then
-    one float addition. On int64 arrays where no product can pass 2**63 (every real batch); past
-    that, on Python's ints: validation accepts caches of ~2e11 tokens (64 GPUs of 1e5 GiB), and a
-    prompt of half that with a 2**31-token cap wrapped ``p*L`` to -5.9e18 KV-token-steps, a negative
-    load that every estimate then believed and that CP-SAT's repair rejected as MODEL_INVALID."""
-    longest, widest = int(steps.max(initial=0)), int(prompts.max(initial=0))
-    if max(longest, widest) * longest < INT64_LIMIT:
-        return (prompts * steps).astype(np.float64) + (steps * (steps - 1)).astype(np.float64) / 2.0
-    exact = [p * n + n * (n - 1) / 2 for p, n in zip(prompts.tolist(), steps.tolist(), strict=True)]
-    return np.array(exact, dtype=np.float64)
-
-
 class _Allowed:
     """The workers a unit may take: active, its pinned ones if any, with a cache that holds its
     largest need (every active worker when none qualifies).
@@ -306,7 +267,7 @@ class _Allowed:
 
 
 def _single_units(
-    columns: _Columns, pins: Sequence[int], allowed: _Allowed
+    columns: Columns, pins: Sequence[int], allowed: _Allowed
 ) -> tuple[tuple[Unit, ...], tuple[int, ...], bool]:
     """One unit per trajectory, with its ranking and whether any is restricted: the common case,
     built in bulk (unit ``u`` is trajectory ``u``)."""
@@ -339,7 +300,7 @@ _new_unit = functools.partial(tuple.__new__, Unit)  # a Unit of a tuple of its f
 
 
 def _group_units(
-    request: PlanRequest, columns: _Columns, pins: Sequence[int], allowed: _Allowed
+    request: PlanRequest, columns: Columns, pins: Sequence[int], allowed: _Allowed
 ) -> tuple[Unit, ...]:
     """One unit per group (``prefix_affinity``), in order of each group's first member."""
     members: dict[str, list[int]] = {}

@@ -50,7 +50,7 @@ def test_the_problem_gives_up_after_its_columns_before_building_the_units(
     monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
 ) -> None:
     units = count_calls(monkeypatch, problem, "_single_units")
-    wall.jump_in(monkeypatch, problem, "_columns")
+    wall.jump_in(monkeypatch, problem, "trajectory_columns")
     _gives_up_in("problem")
     assert not units
 
