@@ -81,3 +81,23 @@ def with_speed_spread(request: PlanRequest, spread: float, seed: int) -> PlanReq
     scales = rng.uniform(1.0 - spread, 1.0 + spread, size=len(workers)).tolist()
     drawn = tuple(dataclasses.replace(w, time_scale=s) for w, s in zip(workers, scales, strict=True))
     return dataclasses.replace(request, inventory=dataclasses.replace(request.inventory, workers=drawn))
+
+
+def with_quantiles(request: PlanRequest, p90_ratio: float) -> PlanRequest:
+    """``request`` with every trajectory's quantiles: its prediction as p50 and ``p90_ratio`` times it
+    (within its cap) as p90, the shape the service's predictors send. Why: without quantiles the
+    policies' hedges (``robust_order``, ``robust_place``, the bar) return before any pricing, so the
+    benchmark's batches never show what a hedge costs or changes. ``p90_ratio`` 0 returns ``request``."""
+    if p90_ratio == 0:
+        return request
+    hedged = tuple(
+        dataclasses.replace(
+            t,
+            quantiles={
+                0.5: t.predicted_tokens,
+                0.9: min(float(t.max_new_tokens), p90_ratio * t.predicted_tokens),
+            },
+        )
+        for t in request.trajectories
+    )
+    return dataclasses.replace(request, trajectories=hedged)

@@ -84,3 +84,16 @@ def test_the_solver_tables_say_their_p95_over_five_plans_is_the_slowest_of_them(
     assert "nearest rank over the 5 plans of a size and policy: the slowest of them" in percentile_note(5)
     assert "the 19th fastest of them" in percentile_note(20)
     assert _nearest_rank([float(i) for i in range(1, 21)], 95) == 19.0
+
+
+def test_bench_solver_with_a_p90_ratio_plans_batches_with_quantiles_and_says_so() -> None:
+    args = ["bench", "solver", "--json", "--repeats", "1", "--max-trajectories", "1024"]
+    result = CliRunner().invoke(_cli(), [*args, "--p90-ratio", "1.6"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["p90_ratio"] == 1.6
+    assert {r["policy"] for r in report["results"]} == {"round_robin", "least_loaded", "lpt", "cpsat"}
+    table = CliRunner().invoke(
+        _cli(), ["bench", "solver", "--repeats", "1", "--max-trajectories", "1024", "--p90-ratio", "1.6"]
+    )
+    assert "p90 1.6x each prediction" in table.output
