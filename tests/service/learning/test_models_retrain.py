@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -81,6 +82,19 @@ def test_retrain_without_actuals_is_a_409_problem(client: TestClient) -> None:
     response = client.post("/models/retrain")
     assert response.status_code == 409
     assert response.json()["field"] == "history"
+
+
+def test_a_retrain_refused_for_too_few_actuals_is_counted_so_and_logs_no_failure(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal is counted where it is decided (``insufficient_data``), and its 409 says it: it is
+    no failed retrain, neither counted ``error`` nor logged ``retrain failed``."""
+    caplog.set_level(logging.INFO)
+    assert client.post("/models/retrain").status_code == 409
+    text = client.get("/metrics").text
+    assert 'rollout_retrains_total{outcome="insufficient_data"} 1.0' in text
+    assert 'rollout_retrains_total{outcome="error"} 0.0' in text
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrain failed")] == []
 
 
 def test_a_new_replica_starts_with_the_stored_model_and_the_streamactual_history(

@@ -126,3 +126,25 @@ def test_a_stop_as_the_automatic_retrains_thread_starts_abandons_it_and_hears_no
     assert "stores no version" in line
     retrains = ("service.models", "service.retrain")
     assert [r.getMessage() for r in caplog.records[said:] if r.name in retrains] == []
+
+
+def test_a_stop_between_the_automatic_retrains_done_line_and_its_end_says_its_version_is_stored(
+    live_settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The automatic retrain's thread stays past its fence from its ``retrain done`` line to its end
+    (``_end``): its version is stored, and a stop that abandons it there says so, not that it stores none."""
+    caplog.set_level(logging.INFO)
+    ending, go = threading.Event(), threading.Event()
+    with TestClient(create_app(with_settings(live_settings, retrain_every_steps=EVERY))) as client:
+        retrainer = _started(client)
+        monkeypatch.setattr(retrainer, "_end", _held_at(ending, go, retrainer._end))
+        automatic = _automatic(retrainer)
+        assert ending.wait(WAIT_S)  # its done line said, its end not yet
+        idle = retrainer.stop(0.0)
+        go.set()
+        automatic.join(WAIT_S)
+        assert not automatic.is_alive()
+    assert idle is False
+    [line] = _abandoned(caplog)
+    assert "storing its version" in line
+    assert any(r.getMessage() == "retrain done" for r in caplog.records)
