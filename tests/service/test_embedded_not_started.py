@@ -76,6 +76,16 @@ def test_a_binary_that_is_not_executable_fails_the_start_with_126_and_the_shells
     assert f"{binary}: Permission denied" in said, said
 
 
+def test_a_start_ended_by_a_signal_names_the_signal_not_a_status(tmp_path: Path) -> None:
+    """A server killed before it answered (the OOM killer's SIGKILL) ended by no status of its own:
+    the error names the signal, where a status would read as the server's own exit."""
+    binary = tmp_path / "valkey-server"
+    binary.write_text("#!/bin/sh\nkill -KILL $$\n")  # its own pid: the shell exec'd it
+    binary.chmod(0o755)
+    said = _failed_start(EmbeddedServer(binary=str(binary)))
+    assert "valkey-server exited at start (SIGKILL)" in said, said
+
+
 def test_a_server_that_refuses_its_arguments_fails_the_start_with_its_own_lines() -> None:
     """valkey-server says a bad argument on its stderr, before it opens its log: the log now."""
     said = _failed_start(EmbeddedServer(extra_args=("--no-such-directive", "1")))
