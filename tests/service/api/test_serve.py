@@ -18,7 +18,7 @@ from pydantic import SecretStr, ValidationError
 
 from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
-from service.settings import Settings, unknown_variables
+from service.settings import HOUR_S, Settings, unknown_variables
 from tests.service.bound_port import child_port
 from tests.service.polling import GONE_WITHIN_S, gone_within
 
@@ -209,6 +209,8 @@ def test_the_graceful_wait_comes_from_its_variable_and_is_a_second_at_least(
     assert Settings().graceful_shutdown_s == 3
     with pytest.raises(ValueError, match="graceful_shutdown_s"):
         Settings(graceful_shutdown_s=0)
+    with pytest.raises(ValueError, match="graceful_shutdown_s"):
+        Settings(graceful_shutdown_s=HOUR_S + 1)  # and an hour at most
 
 
 @pytest.mark.parametrize(

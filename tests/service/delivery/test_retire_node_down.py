@@ -100,3 +100,28 @@ def _node(client: RedisCluster, key: str) -> str:
 def _master(client: RedisCluster, schedule_id: str) -> str:
     """The name of ``schedule_id``'s master in the client's map."""
     return _node(client, keys.schedule_keys(schedule_id).meta)
+
+
+def test_a_retire_whose_first_node_is_down_still_retires_the_indexes_of_the_nodes_that_answer() -> None:
+    """The active and lapse indexes' master killed, the schedule and its worker's inbox on live ones:
+    the completion that settles the schedule is answered, its retire blames the indexes' node, and the
+    inbox is retired all the same: each node's pipeline is sent whatever the others answer."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        settings = Settings(redis_url=local.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S)
+        delivery = Delivery(connect(settings))
+        client = paced(delivery)
+        try:
+            indexes = _node(client, keys.active_index())
+            worker = next(f"w{n}" for n in range(1000) if _node(client, keys.inbox(f"w{n}")) != indexes)
+            sid = next(f"s{n}" for n in range(1000) if _master(client, f"s{n}") != indexes)
+            delivery.publish(schedule(sid, {worker: 1}), now_ms=T0)
+            (lease,) = delivery.claim(sid, worker, 1, now_ms=T0)
+            assert client.zscore(keys.inbox(worker), sid) is not None  # announced, until retired
+            next(node for node in local.nodes if f"127.0.0.1:{node.port}" == indexes).kill()
+            with pytest.raises(IndexNodeDown) as raised:
+                delivery.complete(lease, TrajectoryResult(output_tokens=5), now_ms=T0 + 1)
+            assert raised.value.node == indexes
+            assert client.zscore(keys.inbox(worker), sid) is None
+        finally:
+            client.close()
