@@ -68,3 +68,14 @@ def test_the_record_answers_only_its_own_worker_and_only_a_hand_back(
     assert delivery.release([replace(lease, worker_id="b")], now_ms=T0 + 2) == [ReleaseOutcome.STALE]
     assert delivery.fail(lease, "engine refused it", now_ms=T0 + 3) is ReleaseOutcome.STALE
     assert_sound(redis_client, "s")
+
+
+def test_the_hand_back_record_expires_with_the_schedule(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    delivery.publish(schedule("s", {"a": 1}), now_ms=T0)
+    (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
+    delivery.release([lease], now_ms=T0 + 1)
+    keys = delivery.keys("s")
+    assert redis_client.hget(keys.released, lease.key) == f"{lease.token}:a:1"
+    assert redis_client.pexpiretime(keys.released) == redis_client.pexpiretime(keys.meta) > 0

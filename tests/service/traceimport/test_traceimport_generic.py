@@ -291,3 +291,26 @@ def test_an_output_past_an_unmapped_cap_is_said_as_before(tmp_path: Path) -> Non
     assert str(refused.value) == (
         f"{path}:2:rlen=7: as output_tokens (--map output_tokens=rlen): exceeds max_new_tokens=5"
     )
+
+
+def test_two_cells_of_a_jsonl_line_that_one_name_would_carry_are_named_as_the_mapping_names_them(
+    tmp_path: Path,
+) -> None:
+    # the renaming's own refusal names the format's column the two land on, not a cell's error after it
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"epoch": 0, "uid": "a", "k": 0, "plen": 10, "rlen": 5, "output_tokens": 1}\n')
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "jsonl", parse_mapping(MAPPED))
+    assert str(refused.value) == f"{path}:1:output_tokens=1: two cells would carry this name after --map"
+
+
+def test_two_columns_of_a_header_that_one_name_would_carry_are_named_as_the_mapping_names_them(
+    tmp_path: Path,
+) -> None:
+    # a name other than its format's: the rows are read one by one, not by the vectorised reader
+    path = _csv(tmp_path / "t.txt", [*MAPPED_HEADER, "output_tokens"], [0, "a", 0, 10, 5, 1])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "csv", parse_mapping(MAPPED))
+    assert str(refused.value) == (
+        f"{path}:1:output_tokens=None: columns 5 and 6 would both carry this name after --map"
+    )
