@@ -314,3 +314,18 @@ def test_two_columns_of_a_header_that_one_name_would_carry_are_named_as_the_mapp
     assert str(refused.value) == (
         f"{path}:1:output_tokens=None: columns 5 and 6 would both carry this name after --map"
     )
+
+
+def test_a_mapped_column_no_jsonl_line_holds_is_named_as_the_mapping_names_it_where_columns_swap(
+    tmp_path: Path,
+) -> None:
+    # the file's prompt_tokens is also a name the mapping gives: the refusal still names the file's key
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"step": 0, "prompt_id": "a", "sample_idx": 0, "output_tokens": 5}\n')
+    mapping = parse_mapping(["output_tokens=prompt_tokens", "prompt_tokens=output_tokens"])
+    with pytest.raises(TraceFormatError) as refused:
+        import_generic(path, "jsonl", mapping)
+    assert str(refused.value) == (
+        f"{path}:1:prompt_tokens=None: no such column to map (--map output_tokens=prompt_tokens):"
+        " no line up to this one holds it"
+    )
