@@ -26,10 +26,12 @@ import threading
 # the root context's ``obj`` where ``main`` runs a command: the process ends with it
 OWNS_PROCESS = "owns-process"
 SECOND_SIGNAL_LOG = "second stop signal: the exit goes on within its bound; a third ends it now"
+# The first stop signal heard once an exit no stop signal began is under way (``exit_begun``)
+UNSIGNALLED_EXIT_LOG = "stop signal during an exit already under way: it goes on; a third ends it now"
 # The stop signals ``serve`` has heard, by ``exit_cleanly`` or by uvicorn's handler during its run (one
 # count, ``heard_while_serving``): the first exits, the third forces.
 _heard = 0
-_replaying = False  # uvicorn heard signals (counted then), which it raises again as its run ends
+_begun = False  # the exit is under way, whatever began it (``exit_begun``): no signal starts it again
 
 
 def main() -> None:
@@ -58,24 +60,21 @@ def main() -> None:
 
 
 def exit_cleanly(signum: int, frame: object) -> None:
-    """``serve``'s handler of SIGINT and SIGTERM, from its process's first line to uvicorn's own
-    (which run its graceful stop, then raise the signal again, here): exit 0 by ``SystemExit``, which
-    unwinds whatever runs, the embedded server's context manager too, which stops it (no orphan
-    process), and runs the ``atexit`` hooks. uvicorn's re-raised signal would kill the process
-    by its default action instead (-15).
+    """``serve``'s handler of SIGINT and SIGTERM, before and after uvicorn's own (which runs its
+    graceful stop, and counts what it hears with these: ``heard_while_serving``): exit 0 by
+    ``SystemExit``, which unwinds whatever runs and runs the ``atexit`` hooks, the embedded server's
+    stop among them (no orphan process). A signal's default action would kill the process by it (-15).
 
-    Only the first signal it hears starts the exit; the second is logged (``SECOND_SIGNAL_LOG``),
-    and the third ends the process now (``exit_guard.force``: the last acts, status 70). A second
-    that raised again cut the exit where it waited: the join of a thread stuck on Redis, the
-    embedded server's stop, the exit guard's decision, and the process ended 0 where its bound would
-    have said 70, an embedded server left running where a third cut its stop again (exit52)."""
+    Only the first signal it hears starts the exit, and only where none has begun (``exit_begun``);
+    another is logged (``UNSIGNALLED_EXIT_LOG``, ``SECOND_SIGNAL_LOG``), and the third ends the process
+    now (``exit_guard.force``: the last acts, status 70). A second that raised again cut the exit
+    where it waited: the join of a thread stuck on Redis, the embedded server's stop, the exit
+    guard's decision, and the process ended 0 where its bound would have said 70, an embedded server
+    left running where a third cut its stop again (exit52)."""
     del frame
-    global _heard, _replaying
-    if _replaying:  # uvicorn raising again what it heard, counted then: the exit starts here
-        _replaying = False  # the raise cuts uvicorn's loop of re-raises: no other comes
-        raise SystemExit(0)
+    global _heard
     _heard += 1
-    if _heard == 1:
+    if _heard == 1 and not _begun:
         raise SystemExit(0 if signum in (signal.SIGINT, signal.SIGTERM) else 1)
     _after_the_first(signum)
 
@@ -84,35 +83,37 @@ def heard_while_serving(signum: int) -> None:
     """uvicorn's handler heard ``signum`` during ``serve``'s run (its graceful stop is uvicorn's):
     counted with ``exit_cleanly``'s, so that a third stop signal ends the process whichever handler
     heard the others. Counted apart, the signals uvicorn heard were one to ``exit_cleanly`` (uvicorn
-    raises them again as its run ends, and the first one's exit cuts the rest): a Ctrl-C pressed three
+    raised them again as its run ended, and the first one's exit cut the rest): a Ctrl-C pressed three
     times during uvicorn's wait for requests in flight forced nothing, nor did a fourth, and the exit
-    ran its waits to its bound where ``SECOND_SIGNAL_LOG`` had said a third ends it (exit53)."""
-    global _heard, _replaying
+    ran its waits to its bound where ``SECOND_SIGNAL_LOG`` had said a third ends it (exit53). uvicorn
+    no longer raises them again (``service.serving.CountingServer.capture_signals``)."""
+    global _heard
     _heard += 1
-    _replaying = True
     if _heard > 1:
         _after_the_first(signum)
 
 
-def served() -> None:
-    """uvicorn's run has ended, by whatever way: a signal it heard and did not raise again is no
-    longer to come. uvicorn raises them again only where its run returns; a run that raised instead
-    (its startup failed, ``sys.exit(3)``, after a stop signal it heard then) left the next signal,
-    a user's second Ctrl-C during the exit's waits, taken for that replay: ``SystemExit(0)`` raised
-    where the exit waited, the embedded server's stop cut, nothing logged and not counted
-    (review53d)."""
-    global _replaying
-    _replaying = False
+def exit_begun() -> None:
+    """``serve``'s exit is under way, begun by whatever began it: a stop signal (counted already),
+    uvicorn's failed startup (``SystemExit(3)``), a crash (an exception, 1), a run that returned. A
+    stop signal from here on is no first that starts the exit: it is logged and the exit goes on, the
+    third forces it. Taken for the first, it raised ``SystemExit(0)`` where the exit's cleanup ran, in
+    the embedded server's stop (an ``atexit`` act): the stop cut before its reap, ``Exception ignored
+    in atexit callback`` and its traceback printed, the status left 3 (review54, exit55)."""
+    global _begun
+    _begun = True
 
 
 def _after_the_first(signum: int) -> None:
-    """A stop signal after the first: the second is logged (``SECOND_SIGNAL_LOG``), the third and
-    later ones end the process (``exit_guard.force``)."""
+    """A stop signal that starts no exit: the first one heard in an exit already under way
+    (``UNSIGNALLED_EXIT_LOG``) and the second (``SECOND_SIGNAL_LOG``) are logged, the third and later
+    ones end the process (``exit_guard.force``)."""
     name = signal.Signals(signum).name
-    if _heard == 2:
+    if _heard <= 2:
         import logging
 
-        logging.getLogger("service.shutdown").warning(SECOND_SIGNAL_LOG, extra={"signal": name})
+        line = SECOND_SIGNAL_LOG if _heard == 2 else UNSIGNALLED_EXIT_LOG
+        logging.getLogger("service.shutdown").warning(line, extra={"signal": name})
         return
     from service.api import exit_guard
 

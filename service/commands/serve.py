@@ -190,7 +190,7 @@ def run(settings: Settings) -> None:
     from service import logs
     from service.api import exit_guard
     from service.app import create_app
-    from service.cli import exit_cleanly
+    from service.cli import exit_begun, exit_cleanly
     from service.embedded import EmbeddedServerError, end_all_now
     from service.redis_conn import redis_for
     from service.serving import STARTUP_FAILURE, CountingServer
@@ -203,8 +203,8 @@ def run(settings: Settings) -> None:
         logging.getLogger("service.settings").warning(warning)
     _ignore_web_concurrency()
     raise_open_file_limit()
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal; exiting through
-    # SystemExit instead lets the embedded server's context manager stop it (no orphan process).
+    # outside uvicorn's run (its graceful stop), a stop signal exits through SystemExit, which stops the
+    # embedded server in the exit's atexit acts (no orphan process), not by the signal's default action.
     # The console script's entry installed them already; a caller of ``run`` in its own process too.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, exit_cleanly)
@@ -228,6 +228,8 @@ def run(settings: Settings) -> None:
                 raise SystemExit(STARTUP_FAILURE)
     except EmbeddedServerError as error:
         _fail(str(error))
+    finally:  # stopped, failed (3) or crashed (1): a stop signal now must not start it again
+        exit_begun()
 
 
 def raise_open_file_limit() -> None:

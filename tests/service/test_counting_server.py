@@ -2,11 +2,16 @@
 once, whichever way its run ends: the next one ``exit_cleanly`` hears is the second, logged, not
 taken for uvicorn's replay of the first.
 
-uvicorn raises the signals it heard again only where its run returns. A run whose startup failed
+uvicorn raised the signals it heard again only where its run returned. A run whose startup failed
 after it heard one (``sys.exit(3)``) raised instead, and the replay awaited was never cleared: the
 user's next Ctrl-C, during the exit's waits, raised ``SystemExit(0)`` there (the embedded server's
 stop cut), unlogged and uncounted (review53d). The child runs a real uvicorn server whose app's
 startup raises the signal at itself, then fails; no sleep decides the outcome.
+
+Nor is a signal that comes as the run ends lost: uvicorn put ``serve``'s handler back and then raised
+what it had heard again, and a signal between the two was taken for that replay (the exit's start),
+counted by no one, so that a user's third Ctrl-C forced nothing (review54). The server raises nothing
+again now; the second child sends its signal as the handler is put back, every time.
 """
 
 from __future__ import annotations
@@ -57,4 +62,51 @@ def test_a_signal_heard_before_a_failed_startup_leaves_the_next_one_the_second()
         [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=WAIT_S, env=env, cwd=ROOT
     )
     assert done.stdout.splitlines() == ["run ended 3", "the second was heard"], done.stdout + done.stderr
+    assert SECOND_SIGNAL_LOG in done.stderr, done.stderr
+
+
+AS_PUT_BACK = """
+import logging, signal
+import uvicorn
+from service import cli
+from service.serving import CountingServer
+
+async def app(scope, receive, send):
+    await receive()  # lifespan.startup
+    signal.raise_signal(signal.SIGTERM)  # the first: heard by uvicorn's handler
+    await send({"type": "lifespan.startup.complete"})
+    await receive()  # lifespan.shutdown
+    await send({"type": "lifespan.shutdown.complete"})
+
+def putting_back(set_handler):
+    def set_and_signal(signum, handler):
+        found = set_handler(signum, handler)
+        if handler is cli.exit_cleanly and signum == signal.SIGTERM:
+            signal.raise_signal(signal.SIGINT)  # the user's second, as serve's handler is back
+        return found
+    return set_and_signal
+
+logging.basicConfig(level=logging.WARNING)
+for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, cli.exit_cleanly)
+signal.signal = putting_back(signal.signal)
+server = CountingServer(uvicorn.Config(app, port=0, lifespan="on", log_config=None))
+try:
+    server.run()
+except SystemExit as ended:
+    print("run raised", ended.code, flush=True)
+else:
+    print("run returned", flush=True)
+print("heard", cli._heard, flush=True)
+"""
+
+
+def test_a_signal_as_the_run_ends_is_counted_the_second() -> None:
+    """uvicorn heard the first; the second comes as ``serve``'s handler is put back: it is the second
+    heard (logged), and the run returns, its exit begun by the first."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", AS_PUT_BACK], capture_output=True, text=True, timeout=WAIT_S, env=env, cwd=ROOT
+    )
+    assert done.stdout.splitlines() == ["run returned", "heard 2"], done.stdout + done.stderr
     assert SECOND_SIGNAL_LOG in done.stderr, done.stderr

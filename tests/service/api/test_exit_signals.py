@@ -26,7 +26,7 @@ import pytest
 from service import cli
 from service.api import exit_guard
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, SIGNALLED_LOG
-from service.cli import SECOND_SIGNAL_LOG, exit_cleanly
+from service.cli import SECOND_SIGNAL_LOG, UNSIGNALLED_EXIT_LOG, exit_cleanly
 from service.embedded import EmbeddedServer
 from tests.service.api.guard_stand import stood_guard
 from tests.service.api.serve_embedded import serve_embedded
@@ -128,6 +128,7 @@ def test_the_handler_exits_at_the_first_signal_logs_the_second_and_forces_at_the
     stood = stood_guard(monkeypatch)
     monkeypatch.setattr(exit_guard, "_last_acts", ())
     monkeypatch.setattr(cli, "_heard", 0)
+    monkeypatch.setattr(cli, "_begun", False)
     with pytest.raises(SystemExit) as first:
         exit_cleanly(signal.SIGTERM, None)
     exit_cleanly(signal.SIGINT, None)  # returns: the exit goes on
@@ -151,20 +152,34 @@ def test_a_forcing_signal_leaves_an_exit_whose_status_is_decided_as_it_ends(
     assert stood.status == []
 
 
-def test_signals_uvicorn_heard_count_toward_the_third_and_its_replay_is_not_counted_again(
+def test_signals_uvicorn_heard_count_toward_the_third(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """uvicorn heard two (the second logged); it raises the first again as its run ends, which starts
-    the exit and is no new signal; the next one is the third, and forces."""
+    """uvicorn heard two (the second logged), and raises neither again as its run ends: the next one
+    is the third, and forces."""
     stood = stood_guard(monkeypatch)
     monkeypatch.setattr(exit_guard, "_last_acts", ())
     monkeypatch.setattr(cli, "_heard", 0)
-    monkeypatch.setattr(cli, "_replaying", False)
     cli.heard_while_serving(signal.SIGINT)
     cli.heard_while_serving(signal.SIGINT)
     assert (stood.status, len(_lines(caplog.text, SECOND_SIGNAL_LOG))) == ([], 1)
-    with pytest.raises(SystemExit) as replayed:
-        exit_cleanly(signal.SIGINT, None)  # uvicorn's re-raise: the exit starts
-    assert (replayed.value.code, stood.status) == (0, [])
     exit_cleanly(signal.SIGINT, None)
     assert (stood.status, _lines(caplog.text, SIGNALLED_LOG) != []) == ([FORCED_STATUS], True)
+
+
+def test_a_signal_in_an_exit_begun_otherwise_is_logged_and_the_third_forces(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exit began with no stop signal (a failed startup, a crash): the first one heard starts
+    nothing (logged), the second is logged, the third forces."""
+    stood = stood_guard(monkeypatch)
+    monkeypatch.setattr(exit_guard, "_last_acts", ())
+    monkeypatch.setattr(cli, "_heard", 0)
+    monkeypatch.setattr(cli, "_begun", False)
+    cli.exit_begun()
+    exit_cleanly(signal.SIGTERM, None)  # returns: the exit goes on
+    exit_cleanly(signal.SIGTERM, None)
+    logged = (len(_lines(caplog.text, UNSIGNALLED_EXIT_LOG)), len(_lines(caplog.text, SECOND_SIGNAL_LOG)))
+    assert (stood.status, logged) == ([], (1, 1))
+    exit_cleanly(signal.SIGTERM, None)
+    assert stood.status == [FORCED_STATUS]

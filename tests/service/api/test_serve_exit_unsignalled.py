@@ -1,0 +1,94 @@
+"""A stop signal that meets an exit no stop signal started (uvicorn's failed startup, status 3) does
+not cut its cleanup: the embedded server is stopped and reaped, its dir removed, the status kept.
+
+Why. ``serve``'s handler (``service.cli.exit_cleanly``) takes the first stop signal it hears as the
+start of the exit (``SystemExit(0)``). An exit that began otherwise, uvicorn's ``SystemExit(3)`` at a
+failed startup or a crash's exception (1), heard none, so a SIGTERM during its ``atexit`` cleanup
+(the embedded server's stop, ``exit_guard.after_the_waits``) was taken as the first: ``SystemExit(0)``
+raised inside the stop, ``Exception ignored in atexit callback`` printed, the server's stop cut before
+its reap and the log line after it never said (review54). The exit now counts as begun whatever began
+it (``service.cli.exit_begun``): the signal is logged and the cleanup goes on.
+
+The child is the real ``serve`` on its real embedded server; its app's startup fails, and its
+server's stop stands still until the test has signalled it (it says so first), so the signal lands in
+the stop whatever the host's load.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import UNSIGNALLED_EXIT_LOG
+from tests.service.polling import GONE_WITHIN_S, gone_within
+from tests.service.procfs import embedded_server_of, end_server_if_left
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the child's processes from /proc"),
+]
+ROOT = Path(__file__).resolve().parents[3]
+WAIT_S = 120.0  # a bound against never, for a loaded host
+CHILD = """
+import sys
+from service import app as service_app
+from service import embedded
+
+async def failing(scope, receive, send):
+    await receive()  # lifespan.startup
+    await send({"type": "lifespan.startup.failed", "message": "planted"})
+
+def held(stop):
+    def stop_when_told(self):
+        print("stopping", flush=True)
+        sys.stdin.readline()  # the test's word, once it has signalled
+        stop(self)
+    return stop_when_told
+
+service_app.create_app = lambda *args, **kwargs: failing
+embedded.EmbeddedServer.stop = held(embedded.EmbeddedServer.stop)
+from service.cli import main
+sys.argv = ["rollout-scheduler", "serve", "--port", "0"]
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_stop_signal_during_a_failed_starts_cleanup_leaves_the_server_stopped_and_status_3(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = 0
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "stopping\n", child.communicate(timeout=WAIT_S)[1][-2000:]
+        server, data_dir = embedded_server_of(child.pid)
+        child.send_signal(sig)
+        _, err = child.communicate("go\n", timeout=WAIT_S)
+        assert child.returncode == 3, err[-2000:]
+        assert "Exception ignored" not in err, err[-2000:]
+        assert "Traceback" not in err, err[-2000:]
+        assert [UNSIGNALLED_EXIT_LOG in line for line in err.splitlines()].count(True) == 1, err[-2000:]
+        assert "embedded valkey-server stopped" in err, err[-2000:]
+        assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
+        assert not data_dir.exists(), f"{data_dir} outlived serve"
+    finally:
+        child.kill()
+        child.wait()
+        if server:
+            end_server_if_left(server)
