@@ -19,6 +19,7 @@ was what was lost.
 
 from __future__ import annotations
 
+import atexit
 import signal
 import sys
 import threading
@@ -37,10 +38,15 @@ _begun = False  # the exit is under way, whatever began it (``exit_begun``): no 
 def main() -> None:
     """Console-script entry point: run the command line (``service.cli_app.run``); a ``sidecar``
     hears SIGTERM and SIGINT from its first line (``early_stop``), as a stop asked before its run; a
-    ``serve``, its own handlers (``exit_cleanly``)."""
+    ``serve``, its own handlers (``exit_cleanly``), which its last ``atexit`` hook ends (``exit_decided``).
+    Registered before any other, that hook runs after all of them (the exit guard's decision, logging's
+    flush): past it the interpreter puts the signals' default action back and tears the modules down,
+    and a stop signal there killed by the signal (-15, -2) a ``serve`` stopped in its imports, whose
+    guard, never enabled, had not ignored them (exit55)."""
     if sys.argv[1:2] == ["serve"]:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, exit_cleanly)
+        atexit.register(exit_decided)
     if sys.argv[1:2] != ["sidecar"]:
         from service.cli_app import run
 
@@ -121,10 +127,10 @@ def _after_the_first(signum: int) -> None:
 
 
 def exit_decided() -> None:
-    """A refusal's exit is under way (status 2: ``serve``'s checks, the command line's parse): where
-    ``exit_cleanly`` hears SIGINT and
-    SIGTERM (the console script's process, or ``run``'s), ignore them from now. Heard, a stop raised
-    ``SystemExit(0)`` over the refusal, its line unprinted where the signal met the print, and a
+    """A refusal's exit is under way (status 2: ``serve``'s checks, the command line's parse), or the
+    console script's exit has run its other ``atexit`` hooks (``main``): where ``exit_cleanly`` hears
+    SIGINT and SIGTERM (the console script's process, or ``run``'s), ignore them from now. Heard, a
+    stop raised ``SystemExit(0)`` over the refusal, its line unprinted where the signal met the print, and a
     process that refused its settings exited 0 (review51b). The sidecar's refusals keep theirs the
     same way (``early_stop.deciding``). Elsewhere (a test's ``CliRunner``) nothing changes; off the
     main thread, where no handler can be set, neither (none runs there either)."""
