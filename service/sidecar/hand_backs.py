@@ -14,14 +14,20 @@ every try of the release went to the old master until then (a drain's bound is s
 whose answer was lost (its master killed after running it, the write replicated) and sent again is
 answered ``DUPLICATE`` (``lua/release.lua``'s ``P:released``), counted ``released``: it was ``STALE``,
 counted ``lost`` beside a lease that had gone back (cluster54).
+
+A release another task has under way (the engine watch's at a stall, the hang bound's, an item's
+task's) is waited for at the drain's end (``settled``), within its time: the drain skips the leases
+it took, and the loops were then cancelled, that release with them, its leases counted ``lost`` and
+left leased until they lapsed, handed back by nobody (exit55).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
@@ -49,8 +55,26 @@ class HandBacks:
     stats: SessionStats
     reports: OutageRetry  # the session's: one outage warning for completions, failures and releases
     ledger: Ledger
+    _under_way: set[asyncio.Future[None]] = field(default_factory=set, init=False)  # ``release``s running
+
+    async def settled(self) -> None:
+        """Wait until no release is under way: those other tasks started (the engine watch's, the hang
+        bound's), which the shutdown would cancel with its loops, their leases then counted ``lost`` and
+        left to lapse though Redis was taking them. The caller bounds the wait (``runner``)."""
+        while self._under_way:
+            await asyncio.wait(list(self._under_way))
 
     async def release(self, helds: list[Held], died: str = "") -> int:
+        """``_release``, known to be under way until it ends (``settled``)."""
+        under_way = asyncio.get_running_loop().create_future()
+        self._under_way.add(under_way)
+        try:
+            return await self._release(helds, died)
+        finally:
+            self._under_way.discard(under_way)
+            under_way.set_result(None)
+
+    async def _release(self, helds: list[Held], died: str) -> int:
         """Hand leases back without spending an attempt (shutdown): to the head of the queue; ``died``:
         who died running them (refunded once per item); how many that dead-lettered (``failed``).
 

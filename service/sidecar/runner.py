@@ -141,6 +141,9 @@ class Sidecar:
             except Exception as exc:  # a bug in the main loop: hand back what is held, then exit 70
                 self.loops.fail("main loop", exc)
             ends = await self._drain(signalled.result() if signalled.done() else time.monotonic())
+            # a hand-back a loop has under way (the engine watch's, the hang bound's) ends before the
+            # loops are cancelled, within the drain's time: cut, its leases lapsed, handed back by nobody
+            await self._within(self.session.hand_backs_settled(), ends)
         finally:
             signalled.cancel()
             await self.loops.stop()

@@ -385,6 +385,10 @@ class WorkerSession:
         """Hand leases back without spending an attempt; how many that dead-lettered (``hand_backs.py``)."""
         return await self._hand_backs.release(helds, died)
 
+    async def hand_backs_settled(self) -> None:
+        """Until no release another task started is under way (``hand_backs.py``)."""
+        await self._hand_backs.settled()
+
     async def hand_back(
         self, helds: list[Held], within_s: float, died: str = "", hurry: Hurry | None = None
     ) -> None:
