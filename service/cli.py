@@ -38,15 +38,12 @@ _begun = False  # the exit is under way, whatever began it (``exit_begun``): no 
 def main() -> None:
     """Console-script entry point: run the command line (``service.cli_app.run``); a ``sidecar``
     hears SIGTERM and SIGINT from its first line (``early_stop``), as a stop asked before its run; a
-    ``serve``, its own handlers (``exit_cleanly``), which its last ``atexit`` hook ends (``exit_decided``).
-    Registered before any other, that hook runs after all of them (the exit guard's decision, logging's
-    flush): past it the interpreter puts the signals' default action back and tears the modules down,
-    and a stop signal there killed by the signal (-15, -2) a ``serve`` stopped in its imports, whose
-    guard, never enabled, had not ignored them (exit55)."""
+    ``serve``, its own handlers (``exit_cleanly``), which its last ``atexit`` hook ends where the exit
+    guard does not (``_decided_at_the_end``)."""
     if sys.argv[1:2] == ["serve"]:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, exit_cleanly)
-        atexit.register(exit_decided)
+        atexit.register(_decided_at_the_end)
     if sys.argv[1:2] != ["sidecar"]:
         from service.cli_app import run
 
@@ -124,6 +121,18 @@ def _after_the_first(signum: int) -> None:
     from service.api import exit_guard
 
     exit_guard.force(name)
+
+
+def _decided_at_the_end() -> None:
+    """``serve``'s last ``atexit`` hook (registered first, ``main``): its stop signals ignored from here
+    (``exit_decided``), unless the exit guard is enabled, whose decision ignores them once the
+    embedded server's stop is done (a third signal still forces a stop that hangs: ignored before it,
+    it could not). Past the hooks the interpreter puts the signals' default action back and tears the
+    modules down, and a stop signal there killed by the signal (-15, -2) a ``serve`` stopped in its
+    imports, whose guard was never enabled (exit55)."""
+    guard = sys.modules.get("service.api.exit_guard")
+    if guard is None or not guard.enabled():
+        exit_decided()
 
 
 def exit_decided() -> None:

@@ -100,6 +100,13 @@ def enable(last_acts: Sequence[Callable[[], None]] = ()) -> None:
         _last_acts = tuple(last_acts)
 
 
+def enabled() -> bool:
+    """Whether ``serve`` enabled the guard, whose decision then ignores the stop signals once its exit's
+    waits and stop are done (``_keep_the_status``): the console script's own last hook leaves them to it
+    (``service.cli.main``), which may run before this one's where the service's modules came first."""
+    return _enabled
+
+
 def after_the_waits(act: Callable[[], None]) -> None:
     """Run ``act`` at the process's exit after every wait the service registers there, before the
     status is decided: the embedded server's stop (``serve``). Stopped as ``serve``'s command

@@ -9,8 +9,9 @@ raised inside the stop, ``Exception ignored in atexit callback`` printed, the se
 its reap and the log line after it never said (review54). The exit now counts as begun whatever began
 it (``service.cli.exit_begun``): the signal is logged and the cleanup goes on.
 
-The child is the real ``serve`` on its real embedded server; its app's startup fails, and its
-server's stop stands still until the test has signalled it (it says so first), so the signal lands in
+The child is the real ``serve`` on its real embedded server; its app's startup fails (or building
+the app raises: a crash), and its server's stop stands still until the test has
+signalled it (it says so first), so the signal lands in
 the stop whatever the host's load.
 """
 
@@ -50,7 +51,10 @@ def held(stop):
         stop(self)
     return stop_when_told
 
-service_app.create_app = lambda *args, **kwargs: failing
+def crashing(*args, **kwargs):
+    raise RuntimeError("planted crash")
+
+service_app.create_app = crashing if sys.argv.pop() == "crash" else lambda *args, **kwargs: failing
 embedded.EmbeddedServer.stop = held(embedded.EmbeddedServer.stop)
 from service.cli import main
 sys.argv = ["rollout-scheduler", "serve", "--port", "0"]
@@ -58,14 +62,18 @@ main()
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
-def test_a_stop_signal_during_a_failed_starts_cleanup_leaves_the_server_stopped_and_status_3(
-    sig: signal.Signals, tmp_path: Path
+@pytest.mark.parametrize(
+    ("how", "sig", "status"),
+    [("failed", signal.SIGTERM, 3), ("failed", signal.SIGINT, 3), ("crash", signal.SIGTERM, 1)],
+    ids=["failed-startup-SIGTERM", "failed-startup-SIGINT", "crash-SIGTERM"],
+)
+def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_stopped_and_the_status(
+    how: str, sig: signal.Signals, status: int, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
+        [sys.executable, "-c", CHILD, how],
         cwd=ROOT,
         env=env,
         stdin=subprocess.PIPE,
@@ -80,9 +88,9 @@ def test_a_stop_signal_during_a_failed_starts_cleanup_leaves_the_server_stopped_
         server, data_dir = embedded_server_of(child.pid)
         child.send_signal(sig)
         _, err = child.communicate("go\n", timeout=WAIT_S)
-        assert child.returncode == 3, err[-2000:]
+        assert child.returncode == status, err[-2000:]
         assert "Exception ignored" not in err, err[-2000:]
-        assert "Traceback" not in err, err[-2000:]
+        assert err.count("Traceback") == (how == "crash"), err[-2000:]  # the crash's own, printed once
         assert [UNSIGNALLED_EXIT_LOG in line for line in err.splitlines()].count(True) == 1, err[-2000:]
         assert "embedded valkey-server stopped" in err, err[-2000:]
         assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
