@@ -22,11 +22,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from service.cli import UNSIGNALLED_EXIT_LOG
-from tests.service.polling import GONE_WITHIN_S, gone_within
+from service.api.exit_guard import FORCED_STATUS, SIGNALLED_LOG
+from service.cli import SECOND_SIGNAL_LOG, UNSIGNALLED_EXIT_LOG
+from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import embedded_server_of, end_server_if_left
 
 pytestmark = [
@@ -100,3 +102,46 @@ def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_sto
         child.wait()
         if server:
             end_server_if_left(server)
+
+
+def test_a_third_stop_signal_during_a_failed_starts_cleanup_forces_it_and_ends_the_server(
+    tmp_path: Path,
+) -> None:
+    """The first signal logged, the second logged, the third forces the exit (70): the guard's last acts
+    end the embedded server and remove its dir, its stop still held."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "failed"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = 0
+    try:
+        assert child.stdout is not None
+        assert child.stderr is not None
+        assert child.stdout.readline() == "stopping\n", child.communicate(timeout=WAIT_S)[1][-2000:]
+        server, data_dir = embedded_server_of(child.pid)
+        for line in (UNSIGNALLED_EXIT_LOG, SECOND_SIGNAL_LOG):  # each heard before the next is sent
+            child.send_signal(signal.SIGTERM)
+            assert _logged(child.stderr, line), line
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=WAIT_S)
+        assert child.returncode == FORCED_STATUS, err[-2000:]
+        assert SIGNALLED_LOG in err, err[-2000:]
+        assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
+        assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived serve"
+    finally:
+        child.kill()
+        child.wait()
+        if server:
+            end_server_if_left(server)
+
+
+def _logged(stream: IO[str], line: str) -> bool:
+    """Whether ``line`` comes on ``stream`` before it ends (read up to it)."""
+    return any(line in got for got in iter(stream.readline, ""))
