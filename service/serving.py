@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -31,7 +32,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.server import HANDLED_SIGNALS
 
-from service.cli import heard_while_serving
+from service.cli import exit_begun, heard_while_serving
 
 __all__ = ["STARTUP_FAILURE", "CountingServer"]
 
@@ -44,6 +45,17 @@ class CountingServer(uvicorn.Server):
         second is logged, the third ends the process (``exit_guard.force``)."""
         super().handle_exit(sig, frame)
         heard_while_serving(sig)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's own; one that fails (``SystemExit(3)``: the app's startup failed) begins the exit
+        (``service.cli.exit_begun``) before uvicorn puts ``serve``'s handler back: a stop signal then,
+        as the failure unwinds the run, was the first to that handler, whose ``SystemExit(0)`` took the
+        place of the 3 (a replica that never served read as a stop in order)."""
+        try:
+            await super().startup(sockets)
+        except BaseException:
+            exit_begun()
+            raise
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

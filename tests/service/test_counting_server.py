@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.cli import SECOND_SIGNAL_LOG
+from service.cli import SECOND_SIGNAL_LOG, UNSIGNALLED_EXIT_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 90.0  # a bound against never, for a loaded host
@@ -110,3 +110,25 @@ def test_a_signal_as_the_run_ends_is_counted_the_second() -> None:
     )
     assert done.stdout.splitlines() == ["run returned", "heard 2"], done.stdout + done.stderr
     assert SECOND_SIGNAL_LOG in done.stderr, done.stderr
+
+
+FAILED_AS_PUT_BACK = AS_PUT_BACK.replace(
+    'await send({"type": "lifespan.startup.complete"})',
+    'await send({"type": "lifespan.startup.failed", "message": "planted"})',
+).replace("signal.raise_signal(signal.SIGTERM)  # the first: heard by uvicorn's handler", "")
+
+
+def test_a_signal_as_a_failed_startup_unwinds_the_run_leaves_its_status_3() -> None:
+    """The app's startup failed (uvicorn's ``SystemExit(3)``), no signal heard; one comes as ``serve``'s
+    handler is put back: the exit has begun, so it is logged, and the run still ends 3, not 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", FAILED_AS_PUT_BACK],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.stdout.splitlines() == ["run raised 3", "heard 1"], done.stdout + done.stderr
+    assert UNSIGNALLED_EXIT_LOG in done.stderr, done.stderr
