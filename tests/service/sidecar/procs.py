@@ -285,22 +285,29 @@ def run_until(
     done: Callable[[], bool],
     timeout_s: float = 30.0,
     watch: Callable[[], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> SessionStats:
     """Run ``sidecar`` until ``done()`` or ``timeout_s``, then stop it and return its counters.
 
     ``done`` does blocking I/O, so it is checked in a thread, off the sidecar's event loop; ``watch``
-    runs between checks. A sidecar that then fails to stop (a hung loop) fails the test instead of
-    hanging it."""
+    runs between checks. ``stop``, where given, is the sidecar's, for a test that sets it from the
+    sidecar's own loop (``spies.Started``) rather than at a check. A sidecar that then fails to stop
+    (a hung loop) fails the test instead of hanging it."""
 
     async def main() -> SessionStats:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(sidecar.run(stop))
+        stopped = asyncio.Event() if stop is None else stop
+        runner = asyncio.create_task(sidecar.run(stopped))
         deadline = time.monotonic() + timeout_s
-        while not await asyncio.to_thread(done) and time.monotonic() < deadline and not runner.done():
+        while (
+            not stopped.is_set()
+            and not await asyncio.to_thread(done)
+            and time.monotonic() < deadline
+            and not runner.done()
+        ):
             if watch is not None:
                 watch()
             await asyncio.sleep(0.02)
-        stop.set()
+        stopped.set()
         stats = await asyncio.wait_for(runner, 10.0)
         await sidecar.engine.aclose()
         return stats

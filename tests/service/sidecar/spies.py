@@ -1,12 +1,15 @@
 """Spies on a real session: what it was asked to do, recorded as it does it. The drain and shutdown
-tests read from them the bound each hand-back was given, which no counter or log line says."""
+tests read from them the bound each hand-back was given, which no counter or log line says; the runner
+tests, how many items the sidecar had started at once, and the moment it started its n-th."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import WorkerSession
 
 
@@ -21,3 +24,32 @@ def hand_back_bounds(session: WorkerSession, monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(session, "hand_back", recorded)
     return given
+
+
+class MostStarted(Holdings):
+    """Holdings that remember the most leases the sidecar ever had started at once: what it sent to
+    run together, counted as it decides, whatever the engine then saw of it. The engine's own
+    ``max_running`` can stay below: the requests reach it one by one, and on a loaded host the first
+    (~0.15 s) can finish before the last arrives."""
+
+    most: int = 0
+
+    def start(self, held: Held) -> None:
+        super().start(held)
+        self.most = max(self.most, self.in_flight())
+
+
+class Started(Holdings):
+    """Holdings that call ``then()`` on the sidecar's loop as it starts its ``at``-th item: a test's
+    stop or fault comes while those run, not at a poll that sees a count of running items, which
+    a poll late on a loaded host also saw once the first items had ended and the next had started."""
+
+    def __init__(self, max_in_flight: int, at: int, then: Callable[[], None]) -> None:
+        super().__init__(max_in_flight)
+        self.at, self.then, self.started = at, then, 0
+
+    def start(self, held: Held) -> None:
+        super().start(held)
+        self.started += 1
+        if self.started == self.at:
+            self.then()

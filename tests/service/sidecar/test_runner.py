@@ -17,13 +17,14 @@ from service.delivery.protocol import Delivery
 from service.delivery.records import DeliveryItem
 from service.embedded import EmbeddedServer
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.holdings import Held, Holdings
+from service.sidecar.holdings import Holdings
 from service.sidecar.metrics import exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.spies import MostStarted, Started
 
 
 def _sidecar(
@@ -46,17 +47,6 @@ def _sidecar(
     return Sidecar(session, client, settings)
 
 
-class _MostStarted(Holdings):
-    """Holdings that remember the most leases the sidecar ever had started at once: what it sent to
-    run together, counted as it decides, whatever the engine then saw of it."""
-
-    most: int = 0
-
-    def start(self, held: Held) -> None:
-        super().start(held)
-        self.most = max(self.most, self.in_flight())
-
-
 def _engine_stats(url: str) -> dict[str, int]:
     return dict(httpx.get(f"{url}/sim/stats").json())
 
@@ -71,9 +61,11 @@ def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 2000) for i in range(10)]  # ~0.15 s each: the slots overlap
     publish(delivery, "slots", {"w0": items})
-    stats = run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "slots"))
+    holdings = MostStarted(3)  # counted as the sidecar starts items (see the KV test below)
+    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "slots"))
     assert stats.accepted == 10
-    assert _engine_stats(engine_url)["max_running"] == 3
+    assert holdings.most == 3
+    assert _engine_stats(engine_url)["max_running"] <= 3  # and the engine ran no more
     assert tally(delivery, "slots", {i.key for i in items}) == (0, 0)
 
 
@@ -131,7 +123,7 @@ def test_kv_admission_runs_together_only_what_fits_the_engine_cache(
     # only once the first is past 1,200 tokens (both then peak under 3,000), a third never does.
     items = [item(f"p{i}", 0, 2000, predicted=2000) for i in range(4)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
-    holdings = _MostStarted(8, 3000)
+    holdings = MostStarted(8, 3000)
     stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "kv"))
     assert stats.accepted == 4
     assert holdings.most == most_together
@@ -146,9 +138,9 @@ def test_on_stop_running_items_finish_and_nothing_more_is_claimed(
     # Leases long enough that a heartbeat late on a loaded host cannot lapse one: what is tested is
     # the drain, and a lapsed lease is (rightly) never accepted (seen once: accepted 0 of 2).
     publish(delivery, "drain", {"w0": items}, lease_ttl_ms=10_000)
-    stats = run_until(
-        _sidecar(redis_url, engine_url, slots=2), lambda: _engine_stats(engine_url)["running"] == 2
-    )
+    stop = asyncio.Event()
+    holdings = Started(2, at=2, then=stop.set)  # stopped as the second starts, before any ends
+    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), stop.is_set, stop=stop)
     progress = delivery.progress("drain")
     assert (stats.accepted, stats.released) == (2, 0)
     assert (progress.done, progress.queued, progress.running) == (2, 2, 0)
@@ -160,8 +152,10 @@ def test_items_still_running_at_the_drain_timeout_are_released_without_spending_
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]  # far longer than the drain timeout
     publish(delivery, "release", {"w0": items})
-    sidecar = _sidecar(redis_url, engine_url, slots=2, drain_timeout_s=0.1)
-    stats = run_until(sidecar, lambda: _engine_stats(engine_url)["running"] == 2)
+    stop = asyncio.Event()
+    holdings = Started(2, at=2, then=stop.set)  # stopped as the second starts, before any ends
+    sidecar = _sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
+    stats = run_until(sidecar, stop.is_set, stop=stop)
     assert (stats.accepted, stats.released) == (0, 2)
     assert delivery.progress("release").queued == 2
     again = delivery.claim("release", "w0", 2)
@@ -174,16 +168,16 @@ def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_le
     server = EmbeddedServer().start()
     try:
         publish(Delivery.from_url(server.url), "outage", {"w0": [item(f"p{i}", 0, 10_000) for i in range(2)]})
-        sidecar = _sidecar(server.url, engine_url, slots=2, drain_timeout_s=0.5)
+        stop = asyncio.Event()
 
-        def running_then_redis_dies() -> bool:
-            if _engine_stats(engine_url)["running"] < 2:
-                return False
+        def redis_dies_and_the_sidecar_stops() -> None:  # as the second starts, before any ends
             server.kill()
-            return True
+            stop.set()
 
+        holdings = Started(2, at=2, then=redis_dies_and_the_sidecar_stops)
+        sidecar = _sidecar(server.url, engine_url, drain_timeout_s=0.5, holdings=holdings)
         started = time.monotonic()
-        stats = run_until(sidecar, running_then_redis_dies)  # raised through the drain before
+        stats = run_until(sidecar, stop.is_set, stop=stop)  # raised through the drain before
         assert time.monotonic() - started < 15.0  # not the 60 s of retrying a release
         assert (stats.accepted, stats.released) == (0, 0)
     finally:
@@ -359,13 +353,14 @@ def test_a_stop_whose_drain_time_redis_spent_exits_without_waiting_to_delete_its
     ``drain_timeout_s + RELEASE_GRACE_S`` (the pod's grace period), not once Redis answers again."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "stall", {"w0": [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]})
-    sidecar = _sidecar(redis_url, engine_url, slots=2, drain_timeout_s=0.1)
+    both_started = asyncio.Event()
+    holdings = Started(2, at=2, then=both_started.set)  # the stall comes before either ends
+    sidecar = _sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
 
     async def stopped_in_a_stall() -> tuple[SessionStats, float]:
         stop = asyncio.Event()
         run = asyncio.create_task(sidecar.run(stop))
-        while await asyncio.to_thread(lambda: _engine_stats(engine_url)["running"]) < 2:
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(both_started.wait(), 30.0)
         redis_client.client_pause(20_000, all=False)  # writes (the release, the key's delete) wait 20 s
         stopped = time.monotonic()
         stop.set()
