@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -66,6 +69,46 @@ def test_a_child_that_exits_before_it_listens_fails_with_its_stderr() -> None:
     child = _listener("import sys; sys.exit('refused: no port for you')")
     with pytest.raises(AssertionError, match="refused: no port for you"):
         child_port(child, 60)
+
+
+def test_a_child_that_sleeps_instead_of_listening_fails_within_its_own_time() -> None:
+    """A blocked child waits in no run queue: all of its wait is its own, and a hang still fails."""
+    child = _listener("import time; time.sleep(120)")
+    try:
+        with pytest.raises(AssertionError, match=r"did not listen within 1\.0 s of its own"):
+            child_port(child, 1.0)
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+
+
+@contextmanager
+def _burners(cpu: int, n: int) -> Iterator[None]:
+    """``n`` busy loops on CPU ``cpu`` alone, for as long as the block runs."""
+    code = f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_the_time_a_child_waits_for_a_cpu_others_hold_is_not_counted_against_its_start() -> None:
+    """A start on a loaded host is mostly waiting for a CPU (serve's: ~3 s of its own in 15-54 s at
+    load ~17-18): a child that needs half a second of CPU before it listens, on one CPU with three
+    busy loops, takes at least four times that (two seconds) in all, and is found within 1.5 s."""
+    cpu = min(os.sched_getaffinity(0))
+    spin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nwhile time.process_time() < 0.5: pass\n"
+    with _burners(cpu, 3):
+        child = _listener(spin + LISTENER)
+        try:
+            assert child.stdout is not None
+            assert child_port(child, 1.5) == int(child.stdout.readline())
+        finally:
+            child.communicate("", timeout=30)
 
 
 def test_a_live_server_given_no_port_serves_on_the_one_it_bound(live_settings: Settings) -> None:

@@ -52,20 +52,20 @@ def _serve_until_it_answers(
 ) -> subprocess.Popen[bytes]:
     """``serve`` on a port the kernel picks (``bound_port.py``) with the embedded server (no
     ``REDIS_URL`` nor other ``ROLLOUT_*`` variable of this environment) and ``env_vars``, once ``path``
-    answers 200 (within 60 s)."""
+    answers 200 (within 60 s of its own time to listen, then 60 s)."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(env_vars)
     command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=preexec_fn
     )
-    deadline = time.monotonic() + 60
     try:
         port = child_port(proc, 60)
     except AssertionError:
         if proc.poll() is None:
             proc.kill()
         raise
+    deadline = time.monotonic() + 60  # from the listen: the start is child_port's to bound
     while True:
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read().decode() if proc.stderr else "serve exited")
