@@ -16,11 +16,16 @@ from tests.service.polling import until_status
 def serve_embedded(tmp_path: Path, timeout_s: float, wait_s: float) -> tuple[subprocess.Popen[str], str]:
     """``serve`` on its embedded server (no ``REDIS_URL`` nor other ``ROLLOUT_*`` of this shell), at
     the command timeout ``timeout_s``, once ``/readyz`` answers (within ``wait_s``): the process, its
-    stderr a pipe, and its base URL."""
+    stderr a pipe, and its base URL. A start that fails is killed and reaped here."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(ROLLOUT_REDIS_TIMEOUT_S=str(timeout_s), ROLLOUT_MODEL_DIR=str(tmp_path))
     command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = child_port(proc, wait_s)  # the kernel's pick, which no one can take first (bound_port.py)
-    until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, wait_s)
+    try:
+        port = child_port(proc, wait_s)  # the kernel's pick, which no one can take first (bound_port.py)
+        until_status(f"http://127.0.0.1:{port}/readyz", 200, proc, wait_s)
+    except BaseException:  # a start that failed its bound: the caller gets no process to end, so
+        proc.kill()  # it is ended here (its embedded server's watcher ends that server with it)
+        proc.communicate()
+        raise
     return proc, f"http://127.0.0.1:{port}"

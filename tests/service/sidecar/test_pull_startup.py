@@ -108,8 +108,12 @@ def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answe
 @pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
 def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
     proc = _sidecar(f"redis://127.0.0.1:{free_port()}/0")
-    until_status(f"{_base(proc)}/health", 200, proc, timeout_s=30)
-    code, out, _ = _stop(proc)  # fails unless it exits within 20 s of the SIGTERM
+    try:
+        until_status(f"{_base(proc)}/health", 200, proc, timeout_s=30)
+        code, out, _ = _stop(proc)  # fails unless it exits within 20 s of the SIGTERM
+    finally:  # a start that failed its bound is stopped too, not left running past the test
+        if proc.poll() is None:
+            _stop(proc)
     assert code == 0  # a clean exit, not _stop's kill; no wall-clock figure: at load 38 the
     # interpreter's own teardown on a starved CPU ran 7 s past the drain (helper timedtests)
     assert json.loads(out.strip().splitlines()[-1])["claimed"] == 0
@@ -122,8 +126,13 @@ def test_pull_mode_whose_cluster_refuses_its_password_exits_with_one_line() -> N
     node = one_node_cluster(redis_port, password="s3cret")
     try:
         proc = _sidecar(f"redis://:wrong@127.0.0.1:{redis_port}/0")
-        # its start and the refusal: a bound against never (not ``_base``: it may exit before a look)
-        _, err = proc.communicate(timeout=PROCESS_START_S)
+        try:
+            # its start and the refusal: a bound against never (not ``_base``: it may exit before a look)
+            _, err = proc.communicate(timeout=PROCESS_START_S)
+        finally:  # one that never exits is killed and reaped, not left to outlive the test
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
         assert proc.returncode == 2
         assert "refused our credentials" in err.strip().splitlines()[-1]
         assert "wrong" not in err
