@@ -16,11 +16,15 @@ import httpx
 
 from service.ports import free_port
 from tests.service.bound_port import child_port
-from tests.service.sidecar.procs import PROCESS_START_S, Proc, cluster, wait_http, wait_until
+from tests.service.sidecar.procs import PROCESS_START_S, Proc, bound_url, cluster, wait_http, wait_until
 
 
 def _logged_port(sidecar: Proc, what: str) -> int:
-    """The port of the sidecar's ``<what> listening on http://127.0.0.1:<port>`` line, once logged."""
+    """The port of the sidecar's ``<what> listening on http://127.0.0.1:<port>`` line, once logged.
+    Read once the sidecar listens (``bound_url``: its bound is the child's own time, not the time its
+    imports wait for a CPU on a loaded host, and one that exits fails with its log): the wait for the
+    line is then a bound against never on the logging, and no longer holds the start."""
+    bound_url(sidecar)
     pattern = re.compile(rf"{what} listening on http://127\.0\.0\.1:(\d+)$")
 
     def found() -> re.Match[str] | None:
