@@ -30,7 +30,7 @@ from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.bound_port import child_port
 from tests.service.polling import until_status
-from tests.service.sidecar.procs import item, publish, wait_until
+from tests.service.sidecar.procs import PROCESS_START_S, item, publish, wait_until
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
     assert (session.stats.accepted, session.stats.failed) == (1, 1)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(PROCESS_START_S + 90)  # the start (its imports at load ~30: ~1-2 min), then its waits
 def test_sigterm_ends_a_report_stuck_on_redis_at_the_drain_timeout_and_hands_back_what_was_held(
     aof_server: EmbeddedServer,
 ) -> None:
