@@ -55,6 +55,8 @@ def own_s(pid: int, waited_s: float) -> tuple[float, float]:
     try:
         ticks = int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
         age = float((PROC / "uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+        age = max(age, waited_s)  # never less than the caller saw: a container's own /proc/uptime
+        # (lxcfs) would otherwise set the host's start ticks against its shorter uptime
         queued_ns = int((PROC / str(pid) / "schedstat").read_text().split()[1])
     except (OSError, IndexError, ValueError):  # gone (the caller's poll says so), or no such counts
         return waited_s, waited_s
