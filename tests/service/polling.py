@@ -11,18 +11,30 @@ from pathlib import Path
 import httpx
 
 
+def poller(timeout_s: float) -> httpx.Client:
+    """One client for a loop that asks until a process answers, each ask on a new connection as a
+    lone ``httpx.get`` makes it.
+
+    Not ``httpx.get`` per ask: each builds a client whose SSL context loads the CA bundle, ~34 ms of
+    CPU even for an ``http://`` URL (0.3 ms through one client); a loop asking every 50 ms while a
+    ``serve`` child imports the app spent ~2 s of the test process's CPU per start, on a CI host
+    whose 2 cores the suite keeps busy (docs/experiments.md, ci55)."""
+    return httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def until_status(url: str, status: int, proc: subprocess.Popen[str], timeout_s: float) -> httpx.Response:
     """The first answer from ``url`` with ``status``; fails when ``proc`` exits or time runs out."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args!r} exited: {proc.communicate()[1][-2000:]}"
-        try:
-            answer = httpx.get(url, timeout=1.0)
-            if answer.status_code == status:
-                return answer
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+    with poller(1.0) as client:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"{proc.args!r} exited: {proc.communicate()[1][-2000:]}"
+            try:
+                answer = client.get(url)
+                if answer.status_code == status:
+                    return answer
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
     raise AssertionError(f"{url} did not answer {status} within {timeout_s} s")
 
 
