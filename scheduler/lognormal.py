@@ -36,6 +36,23 @@ def sigma_through(p50: float, p90: float) -> float:
     return (math.log(p90) - math.log(p50)) / Z90
 
 
+def sigmas_through(p50s: FloatArray, p90s: FloatArray) -> FloatArray:
+    """``sigma_through`` of every pair at once, the same float to the last bit (a plan's draws must
+    not move with how its spreads were read): the division, the hold at 1 and the division by
+    ``Z90`` are numpy's, which round as Python's floats do; the logs are ``math.log``'s, mapped
+    without a Python frame, since numpy's ``log`` may differ from the C library's in the last bit
+    (a SIMD build's own). A pair whose ratio is not below infinity (overflowed, NaN) or whose median
+    is zero is the scalar's own call, in order: where it raises, the first error is the scalar's."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        ratios = p90s / p50s
+    held = np.maximum(ratios, 1.0)  # NaN stays NaN, as max(nan, 1.0) does
+    sigmas = np.fromiter(list(map(math.log, held.tolist())), dtype=np.float64, count=len(held)) / Z90
+    scalar = ~(ratios < math.inf) | (p50s == 0.0)  # overflowed, NaN, or Python's ZeroDivisionError
+    for k in np.flatnonzero(scalar).tolist():  # rare: of what validation accepts, a ratio that overflows
+        sigmas[k] = sigma_through(float(p50s[k]), float(p90s[k]))
+    return sigmas
+
+
 def bounded_lengths(
     medians: FloatArray, sigmas: FloatArray, caps: FloatArray, normal: FloatArray
 ) -> FloatArray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 import pytest
@@ -87,12 +88,31 @@ def test_the_lpt_placement_checks_between_the_units_it_places(
     assert not ordered  # the placement stopped before the plays that follow it
 
 
-def test_the_quantiles_spreads_check_between_the_trajectories_they_read(
-    monkeypatch: pytest.MonkeyPatch, wall: JumpingWall
-) -> None:
-    batch = _request().trajectories * 8  # 2,048 with quantiles: spreads reads them one at a time
-    read = count_calls(monkeypatch, robust, "sigma_through")
-    wall.jump_in(monkeypatch, robust, "sigma_through")  # the deadline passes at the first one read
+class _Noted(Mapping[float, float]):
+    """A trajectory's quantiles that note each read of its median on ``read`` and move the wall past
+    the hard deadline as they do: the deadline passes while the spreads read."""
+
+    def __init__(self, quantiles: Mapping[float, float], read: list[int], wall: JumpingWall) -> None:
+        self.quantiles, self.read, self.wall = dict(quantiles), read, wall
+
+    def __getitem__(self, level: float) -> float:
+        if level == 0.5:
+            self.read.append(1)
+            self.wall.seconds = self.wall.after
+        return self.quantiles[level]
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.quantiles)
+
+    def __len__(self) -> int:
+        return len(self.quantiles)
+
+
+def test_the_quantiles_spreads_check_between_the_trajectories_they_read(wall: JumpingWall) -> None:
+    read: list[int] = []
+    batch = [  # 2,048 with quantiles, the deadline passing at the first median read
+        dataclasses.replace(t, quantiles=_Noted(t.quantiles, read, wall)) for t in _request().trajectories * 8
+    ]
     with giveup.giving_up_at(DEADLINE), pytest.raises(DeadlinePassedError):
         robust.spreads(batch)
     assert len(read) == robust.GIVE_UP_EVERY  # stopped at the next check, not at the 2,048th

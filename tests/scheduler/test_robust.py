@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import queue_finishes
+from scheduler.lognormal import sigma_through
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import (
     SAMPLES,
@@ -49,6 +50,36 @@ def test_without_a_p90_for_every_trajectory_there_is_nothing_to_draw_from() -> N
     assert spreads(batch) is not None
     assert spreads((*batch[:-1], Trajectory("x", 0, 10, 100, 50.0, {0.5: 50.0}))) is None
     assert spreads((*batch[:-1], Trajectory("x", 0, 10, 100, 50.0))) is None
+
+
+def test_a_trajectory_without_a_p90_past_the_first_block_read_still_leaves_nothing_to_draw_from() -> None:
+    batch = _batch(2.0) * 3  # 1,200: blocks of GIVE_UP_EVERY
+    assert spreads((*batch[:1_000], Trajectory("x", 0, 10, 100, 50.0, {0.5: 50.0}), *batch[1_000:])) is None
+
+
+def test_the_spreads_are_each_trajectory_s_median_cap_and_scalar_sigma_to_the_bit() -> None:
+    rng = np.random.default_rng(5)
+    medians = [*rng.uniform(1.0, 3_000.0, 1_100).tolist(), 5e-324, 1e300]
+    highs = [*(np.array(medians[:-2]) * rng.uniform(0.5, 4.0, 1_100)).tolist(), 1e300, 1.7e308]
+    batch = [
+        Trajectory(f"t{k}", 0, 10, 512 + k, min(p50, 512.0), {0.5: p50, 0.9: p90})
+        for k, (p50, p90) in enumerate(zip(medians, highs, strict=True))
+    ]
+    spread = spreads(batch)
+    assert spread is not None
+    expected = [sigma_through(p50, p90) for p50, p90 in zip(medians, highs, strict=True)]
+    assert np.array_equal(spread[0], medians)
+    assert np.array_equal(spread[1].view(np.uint64), np.array(expected).view(np.uint64))
+    assert np.array_equal(spread[2], [t.max_new_tokens for t in batch])
+
+
+def test_int_quantiles_get_the_scalar_sigma_of_their_exact_ratio() -> None:
+    p50, p90 = 279105623889470349339705, 3958810827278571503967862  # past 2**53: as floats, another ratio
+    assert sigma_through(p50, p90) != sigma_through(float(p50), float(p90))
+    batch = (*_batch(2.0)[:3], Trajectory("x", 0, 10, 100, 50.0, {0.5: p50, 0.9: p90}))
+    spread = spreads(batch)
+    assert spread is not None
+    assert spread[1][-1] == sigma_through(p50, p90)
 
 
 def test_with_no_spread_every_draw_is_the_prediction_and_the_shorter_plan_wins() -> None:
