@@ -13,50 +13,20 @@ server (no ``REDIS_URL``) and a temporary dir of the test's own, which the stop 
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-# ``rollout-scheduler`` as the console script runs it, held still at the app's import
-CHILD = """
-import sys, time
-
-class StandStill:
-    def find_spec(self, name, path=None, target=None):
-        if name == "service.app":
-            sys.meta_path.remove(self)
-            print("importing the app", flush=True)
-            time.sleep(600)  # until the test's signal
-        return None
-
-sys.meta_path.insert(0, StandStill())
-from service.cli import main
-main()
-"""
+from tests.service.api.held_in_imports import STAND_STILL, held_in_imports
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_serve_stopped_while_it_imports_the_app_exits_0_leaving_nothing(
     sig: signal.Signals, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "serve", "--port", "0"],  # never bound: stopped first
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = held_in_imports(STAND_STILL, ["serve", "--port", "0"], tmp_path)  # never bound: stopped first
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "importing the app\n"
         child.send_signal(sig)
         _, err = child.communicate(timeout=120)
     finally:

@@ -18,27 +18,18 @@ then says it lived and what handled the signal (None: Python no more), as
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.service.api.held_in_imports import STAND_STILL, held_in_imports
+
 WAIT_S = 120.0  # a bound against never, for a loaded host
 ALIVE = "alive after the second stop signal, its handler then"
-CHILD = """
-import os, signal, sys, time
-
-class StandStill:
-    def find_spec(self, name, path=None, target=None):
-        if name == "service.app":
-            sys.meta_path.remove(self)
-            print("importing the app", flush=True)
-            time.sleep(600)  # until the test's signal
-        return None
+CHILD = (
+    """
+import os, signal, sys
 
 class Second:
     def __init__(self, signum):
@@ -51,29 +42,17 @@ class Second:
         self.write(1, f"ALIVE {handler!r}\\n".encode())
 
 held = [Second(signal.Signals[sys.argv.pop()])]  # cleared with __main__, in the finalization
-sys.meta_path.insert(0, StandStill())
-from service.cli import main
-main()
 """.replace("ALIVE", ALIVE)
+    + STAND_STILL
+)
 
 
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_a_second_signal_in_the_finalization_of_a_serve_stopped_in_its_imports_leaves_0(
     second: signal.Signals, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "serve", "--port", "0", second.name],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = held_in_imports(CHILD, ["serve", "--port", "0", second.name], tmp_path)
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "importing the app\n"
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=WAIT_S)
     finally:

@@ -1,0 +1,53 @@
+"""``rollout-scheduler serve`` started as the console script runs it, held still as the app's module
+begins to import: the stop tests signal it then, whatever the host's load, so no sleep of theirs
+decides the outcome. It runs with the embedded server (no ``REDIS_URL``) and a temporary dir of the
+test's own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+IMPORTING = "importing the app\n"  # the child's word that it stands still
+# a child's source ends with this: the console script's entry, held at the app's import
+STAND_STILL = """
+import sys, time
+
+class StandStill:
+    def find_spec(self, name, path=None, target=None):
+        if name == "service.app":
+            sys.meta_path.remove(self)
+            print("importing the app", flush=True)
+            time.sleep(600)  # until the test's signal
+        return None
+
+sys.meta_path.insert(0, StandStill())
+from service.cli import main
+main()
+"""
+
+
+def held_in_imports(source: str, args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    """``source`` (ending in ``STAND_STILL``) run with ``args``, once it says it imports the app; a
+    child that says anything else is killed and reaped before the assertion fails."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", source, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == IMPORTING
+    except BaseException:
+        child.kill()
+        child.communicate()
+        raise
+    return child
