@@ -64,17 +64,11 @@ main()
 """
 
 
-@pytest.mark.parametrize(
-    ("how", "sig", "status"),
-    [("failed", signal.SIGTERM, 3), ("failed", signal.SIGINT, 3), ("crash", signal.SIGTERM, 1)],
-    ids=["failed-startup-SIGTERM", "failed-startup-SIGINT", "crash-SIGTERM"],
-)
-def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_stopped_and_the_status(
-    how: str, sig: signal.Signals, status: int, tmp_path: Path
-) -> None:
+def _started(how: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """``CHILD`` ending ``how``, on the embedded server, its pipes the test's."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
-    child = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", CHILD, how],
         cwd=ROOT,
         env=env,
@@ -83,6 +77,17 @@ def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_sto
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.parametrize(
+    ("how", "sig", "status"),
+    [("failed", signal.SIGTERM, 3), ("failed", signal.SIGINT, 3), ("crash", signal.SIGTERM, 1)],
+    ids=["failed-startup-SIGTERM", "failed-startup-SIGINT", "crash-SIGTERM"],
+)
+def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_stopped_and_the_status(
+    how: str, sig: signal.Signals, status: int, tmp_path: Path
+) -> None:
+    child = _started(how, tmp_path)
     server = 0
     try:
         assert child.stdout is not None
@@ -109,17 +114,7 @@ def test_a_third_stop_signal_during_a_failed_starts_cleanup_forces_it_and_ends_t
 ) -> None:
     """The first signal logged, the second logged, the third forces the exit (70): the guard's last acts
     end the embedded server and remove its dir, its stop still held."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "failed"],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = _started("failed", tmp_path)
     server = 0
     try:
         assert child.stdout is not None
