@@ -261,13 +261,14 @@ class EmbeddedServer:
         held = self._held
         stderr = self._stderr()
         try:
+            since = os.fstat(stderr).st_size  # where this start's lines begin (``_ended_at_start``)
             # the watcher first: armed at the fork, no end of the owner leaves the server unwatched
             held.watch = watch = Watch.before(held.tmp_dir)
             assert watch.told is not None
             spawn(watch.telling(args), held, stdout=watch.told, stderr=stderr)
             assert held.proc is not None
             watch.spawned(held.proc.pid)
-            self._wait_ready(timeout_s)
+            self._wait_ready(timeout_s, since)
         except BaseException:  # a server that never answered must not outlive the failed start
             held.end_process()
             raise
@@ -291,7 +292,7 @@ class EmbeddedServer:
         assert self.data_dir is not None
         return self.data_dir / "valkey.log"
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _wait_ready(self, timeout_s: float, since: int) -> None:
         deadline = time.monotonic() + timeout_s
         # no retries: a port held by something that never answers must not stall each probe for
         # redis-py's backoff (seconds), and the process is checked between probes
@@ -300,7 +301,7 @@ class EmbeddedServer:
         try:
             while time.monotonic() < deadline:
                 if self._held.ended():  # left unreaped for ``_launch`` to disarm the watcher first
-                    raise self._ended_at_start()
+                    raise self._ended_at_start(since)
                 try:
                     # the server that answers must be ours: another one may hold the port
                     if client.ping() and self._ours(client):
@@ -312,10 +313,14 @@ class EmbeddedServer:
             client.close()
         raise EmbeddedServerError(f"valkey-server did not answer on port {self.port} in {timeout_s}s")
 
-    def _ended_at_start(self) -> EmbeddedServerError:
+    def _ended_at_start(self, since: int) -> EmbeddedServerError:
         """The error of a server that ended before it answered: how it ended (``how_it_ended``: the
-        status 127 of a binary not found) and its log's last lines, where its start's stderr went too."""
-        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        status 127 of a binary not found) and its log's last lines, where its start's stderr went too.
+        Only the lines this start wrote, from ``since`` (the log's size before it): a ``data_dir``'s
+        log is kept across starts, for whoever reads why an earlier one ended, and the whole log read
+        took an earlier start's ``Address already in use`` for this one's, a bad argument for a
+        taken port (and, on a port picked here, picked again ``PORT_TRIES`` times)."""
+        log = self._log_since(since)
         last = log.strip().splitlines()[-3:]
         taken = "address already in use" in log.lower()
         proc = self._held.proc
@@ -323,6 +328,16 @@ class EmbeddedServer:
         return (PortTakenError if taken else EmbeddedServerError)(
             f"valkey-server exited at start{f' ({how})' if how else ''}: {' | '.join(last)}"
         )
+
+    def _log_since(self, since: int) -> str:
+        """The server's log from byte ``since`` on; the whole of it where it is shorter (cut since)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                if os.fstat(log.fileno()).st_size >= since:
+                    log.seek(since)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def _ours(self, client: redis.Redis) -> bool:
         info = client.info("server")
