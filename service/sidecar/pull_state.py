@@ -221,10 +221,10 @@ class PullState:
             await self.fail_abandoned(dropped)
             await self.resend_overdue()
         finally:  # cancelled (a shutdown) first: the worker's reports waiting for these turns go on,
-            # and those never reported lapse, counted ``lost``: dropped from the holdings, nothing else
-            # counts them (a worker's late ``/done`` of one lands as a lease not held: ``inherited``)
-            self.session.stats.lost += len(dropped)
-            for _, end_turn in dropped:
+            # and those never reported are held again with their failure report, as the shutdown
+            # then sends it (``_cut``): dropped from the holdings, nobody ended them but their lapse
+            for held, end_turn in dropped:
+                self._cut(held)
                 end_turn()
 
     def abandon(self) -> list[Abandoned]:
@@ -266,8 +266,7 @@ class PullState:
             key, held_s = held.lease.key, holdings.held_for(held)
             if not held.failure:
                 log.warning("item %s held %.0fs unreported: reporting it failed", key, held_s)
-            # one sent before and unanswered (a worker's ``/fail``, or this bound's) goes as it went
-            reason = held.failure or f"held {held_s:.0f}s by the pull worker without /done or /fail"
+            reason = _abandoned_why(held, held_s)
             try:
                 await self.session.fail(held, reason, keep_unanswered=True)
             except UnknownScheduleError:
@@ -276,11 +275,25 @@ class PullState:
                 log.warning("could not report %s failed (%r); reported again at the next beat", key, exc)
                 held.failing = True
                 holdings.restore(held)
-            except BaseException:  # cut by a shutdown: no beat comes again, so it lapses, ``lost``
-                self.session.stats.lost += 1
+            except BaseException:  # cut by a shutdown: no beat comes again, the shutdown sends it
+                self._cut(held)
                 raise
             finally:
                 end_turn()
+
+    def _cut(self, held: Held) -> None:
+        """Hold again, ``failing``, an abandoned item whose failure report a shutdown cut (or never
+        let go out): the shutdown's ``resend_kept`` sends that report (``unsent``), within its
+        grace, and hands back what Redis does not answer. The beat is cancelled before the shutdown
+        hands back what is held (``create_pull_app``'s lifespan), as the push drain cancels its loops:
+        dropped from the holdings, such an item was neither failed nor handed back, counted ``lost``
+        and left leased, by nobody, until its lease lapsed (embedlog55). Its lease may have ended
+        since (the cut report landed: a resend is answered DUPLICATE, counted ``failed``)."""
+        if held.ended:
+            return
+        held.failure = _abandoned_why(held, self.session.holdings.held_for(held))
+        held.failing = True  # listed lost already (``beat``), its worker no longer told it holds it
+        self.session.holdings.restore(held)
 
     async def resend_overdue(self) -> None:
         """Send once more the kept result of each item held past its bound whose ``/done`` Redis
@@ -348,6 +361,12 @@ class PullState:
             return None  # nothing to do, or the oldest waiting item does not fit the KV cache yet
         holdings.start(waiting[0])
         return waiting[0]
+
+
+def _abandoned_why(held: Held, held_s: float) -> str:
+    """The failure an item held past its bound is reported with: one sent before and unanswered (a
+    worker's ``/fail``, or this bound's) goes as it went."""
+    return held.failure or f"held {held_s:.0f}s by the pull worker without /done or /fail"
 
 
 def lease_json(held: Held) -> dict[str, Any]:

@@ -112,12 +112,14 @@ def test_a_worker_report_of_a_dropped_item_waits_for_its_own_failure_report_not_
     assert asyncio.run(run()) == 409
 
 
-def test_a_beat_cancelled_before_it_reported_what_it_dropped_counts_each_dropped_lease_lost(
+def test_a_beat_cancelled_before_it_reported_what_it_dropped_holds_each_again_with_its_failure(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
     """Two items past their bound, the beat cancelled while the first one's failure report waits on
-    Redis: that one counts ``lost`` (``WorkerSession.fail``), and so must the second, dropped from the
-    holdings and never reported: its lease lapses, and nothing else counts it (claimed > ended)."""
+    Redis: that one, and the second, dropped from the holdings and never reported, are held again
+    (``failing``, with their failure report), for the shutdown to send it (``PullState._cut``; its
+    test: ``test_pull_shutdown_hang_bound.py``). Each counted ``lost`` instead, they were left
+    leased by nobody until they lapsed (embedlog55)."""
     delivery, session, clock = _two_items_held(redis_url, gated=1)
 
     async def run() -> None:
@@ -134,4 +136,5 @@ def test_a_beat_cancelled_before_it_reported_what_it_dropped_counts_each_dropped
 
     asyncio.run(run())
     stats = session.stats
-    assert (stats.claimed, stats.failed, stats.lost, len(session.holdings)) == (2, 0, 2, 0)
+    assert (stats.claimed, stats.failed, stats.lost, len(session.holdings)) == (2, 0, 0, 2)
+    assert all(held.failing and held.failure for held in session.holdings.all())
