@@ -11,10 +11,20 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from scheduler.trace import output_length
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
+from service.sidecar.pull_finish import engine_word, reported_finish
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 # Counts of ``extra`` a worker may state over the item's (its templated prompt length): the trainer's
@@ -49,20 +59,37 @@ class _LeaseRef(BaseModel):
 class DoneBody(_LeaseRef):
     """A finished trajectory, as the worker reports it."""
 
-    finish_reason: Text = "stop"  # read before output_tokens: whether it says a length (``_a_length``)
+    # read before output_tokens: whether it says a length (``_a_length``); an engine's word for one
+    # the service knows is read as it (``pull_finish``), any other refused
+    finish_reason: Annotated[Text, BeforeValidator(reported_finish)] = "stop"
     output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
     output: Text = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_word_kept(cls, data: Any) -> Any:
+        """The engine's own word for a finish read as ``stop`` (``tool_calls``...), kept in
+        ``extra.engine_finish_reason`` as the push mode keeps it, unless the worker set that itself."""
+        if not isinstance(data, dict) or (word := engine_word(data.get("finish_reason"))) is None:
+            return data
+        extra = data.get("extra", {})
+        if not isinstance(extra, dict) or "engine_finish_reason" in extra:
+            return data  # a bad extra is refused as it is
+        return {**data, "extra": {**extra, "engine_finish_reason": word}}
+
     @field_validator("output_tokens")
     @classmethod
     def _a_length(cls, output_tokens: int, info: ValidationInfo) -> int:
         """At least the token it ended on, where it says a length (``stop``, ``length``), as the
         service's ``POST /actuals`` and the trace format take one (``scheduler.trace.output_length``):
-        a 0 (a worker counting decoded text) was stored, and then reported by no client (learn54)."""
-        return output_length(output_tokens, info.data.get("finish_reason"))
+        a 0 (a worker counting decoded text) was stored, and then reported by no client (learn54).
+        Not judged where the finish was refused: one error, naming the finish, as ``POST /actuals``."""
+        if "finish_reason" not in info.data:
+            return output_tokens
+        return output_length(output_tokens, info.data["finish_reason"])
 
     @field_validator("extra")
     @classmethod
