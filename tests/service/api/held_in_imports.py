@@ -12,15 +12,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 IMPORTING = "importing the app\n"  # the child's word that it stands still
-# a child's source ends with this: the console script's entry, held at the app's import
-STAND_STILL = """
+
+
+def stand_still(module: str, said: str) -> str:
+    """A child's source ending: the console script's entry, held still (saying ``said``) as ``module``
+    begins to import, until the test's signal."""
+    return f"""
 import sys, time
 
 class StandStill:
     def find_spec(self, name, path=None, target=None):
-        if name == "service.app":
+        if name == {module!r}:
             sys.meta_path.remove(self)
-            print("importing the app", flush=True)
+            print({said!r}, flush=True)
             time.sleep(600)  # until the test's signal
         return None
 
@@ -28,6 +32,10 @@ sys.meta_path.insert(0, StandStill())
 from service.cli import main
 main()
 """
+
+
+# serve held at the app's import
+STAND_STILL = stand_still("service.app", IMPORTING.rstrip("\n"))
 
 
 def held_in_imports(source: str, args: list[str], tmp_path: Path) -> subprocess.Popen[str]:

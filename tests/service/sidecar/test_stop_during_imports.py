@@ -21,24 +21,11 @@ from dataclasses import asdict
 import pytest
 
 from service.sidecar.session_settings import SessionStats
+from tests.service.api.held_in_imports import stand_still
 from tests.service.sidecar.procs import ROOT
 
 # ``rollout-scheduler`` as the console script runs it, held still at its first import of Typer
-CHILD = """
-import sys, time
-
-class StandStill:
-    def find_spec(self, name, path=None, target=None):
-        if name == "typer":
-            sys.meta_path.remove(self)
-            print("importing typer", flush=True)
-            time.sleep(600)  # until the test's signal
-        return None
-
-sys.meta_path.insert(0, StandStill())
-from service.cli import main
-main()
-"""
+CHILD = stand_still("typer", "importing typer")
 ARGS = ["sidecar", "--worker-id", "w0", "--redis-url", "redis://127.0.0.1:1/0"]
 
 
