@@ -48,7 +48,11 @@ FLUID_SHARE = 0.5  # of the same, after which the bound's fluid search stops too
 # milliseconds for a few worker kinds, but 14-16 kinds took 0.3 s whatever the budget
 FLOOR_RATIO = 2.0  # the policy's floor (its lpt start, then the report) as a multiple of what validation
 # and the problem took on the same host: 1.5-3.6 at 1,024 x 16 and 4,096 x 32 (quiet, sched55), the low
-# end so that the bound keeps its shares wherever the plan can still fit (``bound_deadlines``)
+# end so that the bound keeps its shares wherever the plan can still fit (``bound_deadlines``). One
+# figure, not one a policy: the service plans round robin and the asked policy from one preparation,
+# 1.5-2.8 x together where queues run at once (quiet host; lpt or cpsat alone 1.1-2.1, round robin
+# 0.3-0.7), and queues in waves make every policy's floor 3-7.6 x, round robin's too (its report plays
+# them): the regime, not the policy, sets it (docs/experiments.md, sched56)
 REPORT_SHARE = 0.02  # of the budget, kept for building the plan's report after the policy returns
 # (1.5-2 ms at 4,096 x 32, 9-12 ms at 32,768 x 256): a search policy spends all it is given
 
