@@ -233,7 +233,12 @@ def _validate_fit(
     if pinned not in capacities:
         raise InvalidInputError(f"{path}.pinned_worker", pinned, "names no worker of the inventory")
     if pinned not in allowed:
-        raise InvalidInputError(f"{path}.pinned_worker", pinned, "names an excluded worker")
+        raise InvalidInputError(
+            f"{path}.pinned_worker",
+            pinned,
+            "names an excluded worker (the service's drain: true), which takes nothing of this plan: "
+            "pin it elsewhere, or leave the worker undrained",
+        )
     where = f"pinned worker {pinned}'s KV capacity {allowed[pinned]}"
     _require_prompt_room(trajectory, path, allowed[pinned], where)
     if need > allowed[pinned]:

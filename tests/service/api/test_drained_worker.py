@@ -35,3 +35,15 @@ def test_a_drained_worker_is_not_announced_the_schedule_and_takes_nothing_of_it(
     assert delivery.claim(sid, "w0", 64) == []
     assert delivery.steal(sid, "w0", 64) == []
     assert delivery.progress(sid).queued == 32  # all of it still waits for w1 and w2
+
+
+def test_a_pin_to_a_drained_worker_is_refused_in_the_words_of_the_request(client: TestClient) -> None:
+    """The core calls a drained worker excluded, a word no request uses: the 422 says drain."""
+    body = _drained_body("lpt")
+    body["batch"]["items"][1]["pinned_worker"] = "w0"
+    response = client.post("/schedule", json=body)
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert (problem["field"], problem["value"]) == ("batch.items[1].pinned_worker", "w0")
+    assert "drain: true" in problem["detail"]
+    assert client.get("/schedule/step-lpt").status_code == 404  # refused whole: nothing published
