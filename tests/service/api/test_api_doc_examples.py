@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from service.api.learning_schemas import ActualsRequest, ModelStatus, RetrainResponse
-from service.api.progress_schemas import CancelResponse, ProgressResponse
+from service.api.progress_schemas import CancelResponse, ProgressResponse, WorkerCounts
 from service.api.schemas import ScheduleRequest, ScheduleResponse
 from service.problems.table import ProblemBody
 
@@ -80,3 +80,15 @@ def test_the_schedule_answer_the_api_doc_shows_has_every_field_of_the_answer() -
     round 46: the budget a caller's deadline left the plan) is one the reader sees there too."""
     (shown,) = [example for example in _examples() if _model_of(example) is ScheduleResponse]
     assert sorted(set(ScheduleResponse.model_fields) - set(shown)) == []
+
+
+def test_the_progress_answer_the_api_doc_shows_has_every_field_of_the_answer() -> None:
+    """``GET /schedule/{id}`` is shown whole, each worker's counts too: its counts add up to ``total``
+    only with ``cancelled``, which the example lacked, as it lacked ``cancelled_at_ms``."""
+    (shown,) = [example for example in _examples() if _model_of(example) is ProgressResponse]
+    assert sorted(set(ProgressResponse.model_fields) - set(shown)) == []
+    for counts in shown["workers"].values():
+        assert sorted(set(WorkerCounts.model_fields) - set(counts)) == []
+        parts = ("queued", "running", "done", "failed", "cancelled")
+        assert sum(counts[part] for part in parts) == counts["total"]
+    assert sum(shown[part] for part in ("queued", "running", "done", "failed", "cancelled")) == shown["total"]
