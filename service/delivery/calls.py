@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any, Self, cast
 
 import redis
@@ -28,6 +29,7 @@ from service.delivery.errors import (
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.indexes import DeliveryIndexes
 from service.delivery.records import Lease, check_name
+from service.delivery.remap import remapped
 from service.delivery.retries import short_retry
 from service.delivery.scripts import Scripts, evaluate, register
 from service.delivery.stored import REPLY_DECODING
@@ -99,21 +101,34 @@ class ScriptCalls(DeliveryIndexes):
 
     def _pipelined(self, schedule_id: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
         """Send the scripts in one pipeline; rerun alone (through ``_call``) any that the server did
-        not run: NOSCRIPT after a restart, or a cluster redirect (MOVED/ASK/TRYAGAIN) mid-resharding."""
+        not run: NOSCRIPT after a restart, or a cluster redirect (MOVED/ASK/TRYAGAIN) mid-resharding.
+
+        On a cluster the pipeline goes to the slot's master on its own client (redis-py refuses
+        EVALSHA in cluster pipelines), whose failure reads no map: after a failover every try went
+        to the old master, ``ConnectionError`` for good (cluster55: 351 tries over 20 s). So it is
+        sent as a sidecar's own calls are (``remap.remapped``): where the master did not answer and
+        another names a new one for the slot, the map is read and the pipeline sent once more, to the
+        new master. Sent again, each script answers as for a lost reply: a completion that ran
+        ``DUPLICATE``, a claim its call id's first leases."""
         meta = self.keys(schedule_id).meta
-        target: Any = self.client
-        if isinstance(self.client, RedisCluster):  # redis-py refuses EVALSHA in cluster pipelines: use the
-            target = cast(Any, self.client).get_node_from_key(meta).redis_connection  # the slot's node
-        pipe = target.pipeline(transaction=False)
-        for script, args in calls:
-            pipe.evalsha(script.sha, 1, meta, *args)
-        replies = pipe.execute(raise_on_error=False)
+        replies = remapped(self.client, meta, partial(self._piped, meta, calls))
         for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
             if isinstance(reply, (redis.exceptions.NoScriptError, *_NOT_RUN)):
                 replies[i] = self._call(script, schedule_id, args)
             elif isinstance(reply, redis.ResponseError):
                 raise _mapped(reply, schedule_id)
         return list(replies)
+
+    def _piped(self, meta: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
+        """One pipeline of ``calls`` on ``meta``'s master as the client's map names it now: the
+        client itself on a single Redis, the master's own client on a cluster."""
+        target: Any = self.client
+        if isinstance(self.client, RedisCluster):
+            target = cast(Any, self.client).get_node_from_key(meta).redis_connection
+        pipe = target.pipeline(transaction=False)
+        for script, args in calls:
+            pipe.evalsha(script.sha, 1, meta, *args)
+        return list(pipe.execute(raise_on_error=False))
 
 
 def worker(worker_id: str) -> str:

@@ -264,7 +264,8 @@ class Delivery(PlanningMarks):
         """``complete_many`` then ``claim``, pipelined into ONE round trip (two atomic scripts).
 
         The steady state of a busy worker: report what finished and take as many new items. Each
-        script stays atomic on its own; a NOSCRIPT answer (server restarted) reruns that script alone.
+        script stays atomic on its own; a NOSCRIPT answer (server restarted) reruns that script alone,
+        and a failed-over master is followed as a sidecar's calls follow it (``ScriptCalls._pipelined``).
         The claim carries ``call_id`` (default: a fresh one) as ``claim`` does: redis-py re-sends a
         whole pipeline whose reply it lost, and the re-sent claim must answer the first run's leases
         rather than lease more that no one hears of.
