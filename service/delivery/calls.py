@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from functools import partial
 from typing import Any, Self, cast
 
 import redis
@@ -111,24 +110,29 @@ class ScriptCalls(DeliveryIndexes):
         new master. Sent again, each script answers as for a lost reply: a completion that ran
         ``DUPLICATE``, a claim its call id's first leases."""
         meta = self.keys(schedule_id).meta
-        replies = remapped(self.client, meta, partial(self._piped, meta, calls))
+        if isinstance(self.client, RedisCluster):
+            client = cast(Any, self.client)
+            replies = remapped(
+                client, meta, lambda: _piped(client.get_node_from_key(meta).redis_connection, meta, calls)
+            )
+        else:
+            replies = _piped(self.client, meta, calls)
         for i, (reply, (script, args)) in enumerate(zip(replies, calls, strict=True)):
             if isinstance(reply, (redis.exceptions.NoScriptError, *_NOT_RUN)):
                 replies[i] = self._call(script, schedule_id, args)
             elif isinstance(reply, redis.ResponseError):
                 raise _mapped(reply, schedule_id)
-        return list(replies)
+        return replies
 
-    def _piped(self, meta: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
-        """One pipeline of ``calls`` on ``meta``'s master as the client's map names it now: the
-        client itself on a single Redis, the master's own client on a cluster."""
-        target: Any = self.client
-        if isinstance(self.client, RedisCluster):
-            target = cast(Any, self.client).get_node_from_key(meta).redis_connection
-        pipe = target.pipeline(transaction=False)
-        for script, args in calls:
-            pipe.evalsha(script.sha, 1, meta, *args)
-        return list(pipe.execute(raise_on_error=False))
+
+def _piped(target: Any, meta: str, calls: Sequence[tuple[Any, Sequence[Any]]]) -> list[Any]:
+    """One pipeline of ``calls`` on ``meta`` sent to ``target``: the client itself on a single Redis,
+    on a cluster the own client of the master the client's map names as it is sent (a new one after
+    ``remapped`` read the map again)."""
+    pipe = target.pipeline(transaction=False)
+    for script, args in calls:
+        pipe.evalsha(script.sha, 1, meta, *args)
+    return list(pipe.execute(raise_on_error=False))
 
 
 def worker(worker_id: str) -> str:
