@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -16,6 +16,7 @@ import pytest
 from service.settings import Settings
 from tests.service.api_helpers import LiveServer
 from tests.service.bound_port import child_port, listening_ports
+from tests.service.listeners import diag_listeners, table_listeners
 
 # a child that listens on a port the kernel picks, says which on stdout, and waits for its stdin to close
 LISTENER = (
@@ -63,6 +64,25 @@ def test_a_connected_or_merely_bound_socket_is_no_listening_port() -> None:
         assert listening_ports(child.pid) == set()
     finally:
         child.communicate("", timeout=30)
+
+
+def test_the_kernels_sock_diag_and_its_proc_tables_name_the_same_listeners() -> None:
+    """What ``child_port`` asks the kernel (sock_diag: listening sockets only) and the ``/proc``
+    tables it read before (and reads where sock_diag is missing) agree, socket for socket: the IPv4
+    and IPv6 listeners, and neither a merely bound socket nor either end of a connection."""
+    with ExitStack() as held:
+        four = held.enter_context(socket.create_server(("127.0.0.1", 0)))
+        six = held.enter_context(socket.create_server(("::1", 0), family=socket.AF_INET6))
+        bound = held.enter_context(socket.socket())
+        bound.bind(("127.0.0.1", 0))
+        client = held.enter_context(socket.create_connection(four.getsockname()[:2], 5))
+        served = held.enter_context(four.accept()[0])
+        ours = {os.fstat(s.fileno()).st_ino: s for s in (four, six, bound, client, served)}
+        expected = {os.fstat(s.fileno()).st_ino: s.getsockname()[1] for s in (four, six)}
+        by_diag = diag_listeners(socket.AF_INET) | diag_listeners(socket.AF_INET6)
+        by_table = table_listeners(Path("/proc/self/net"))
+        assert {i: p for i, p in by_diag.items() if i in ours} == expected
+        assert {i: p for i, p in by_table.items() if i in ours} == expected
 
 
 def test_a_child_that_exits_before_it_listens_fails_with_its_stderr() -> None:
