@@ -19,6 +19,7 @@ from service.app import create_app
 from service.settings import Settings
 from tests.cluster import LocalCluster
 from tests.service.api_helpers import TRAINER, WORKER, AppFactory
+from tests.service.held_port import held_port
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +74,11 @@ def cluster_app(redis_cluster: LocalCluster, tmp_path: Path) -> Iterator[TestCli
     with TestClient(create_app(settings)) as client:
         yield client
     redis_cluster.flushall()
+
+
+@pytest.fixture
+def held_redis_port() -> Iterator[int]:
+    """A port for a Redis the test starts later (or never), held until the test ends: the child it
+    points there meets no server another test started on a port it picked (``tests.service.held_port``)."""
+    with held_port() as port:
+        yield port

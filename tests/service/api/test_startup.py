@@ -29,9 +29,9 @@ from tests.service.polling import until_status
 
 
 def test_serve_answers_liveness_while_its_cluster_is_down_and_turns_ready_once_it_answers(
-    tmp_path: Path,
+    tmp_path: Path, held_redis_port: int
 ) -> None:
-    redis_port = free_port()
+    redis_port = held_redis_port  # for the cluster started below: no other server takes it first
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
     env |= {"ROLLOUT_MODEL_DIR": str(tmp_path), "ROLLOUT_REDIS_TIMEOUT_S": "0.2"}
     command = [sys.executable, "-c", "from service.cli import main; main()", "serve", "--port", "0"]
@@ -58,9 +58,11 @@ def test_serve_answers_liveness_while_its_cluster_is_down_and_turns_ready_once_i
             node.stop()
 
 
-def test_while_the_cluster_is_down_redis_bound_routes_answer_503_and_probes_answer(tmp_path: Path) -> None:
+def test_while_the_cluster_is_down_redis_bound_routes_answer_503_and_probes_answer(
+    tmp_path: Path, held_redis_port: int
+) -> None:
     settings = Settings(
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
+        redis_url=f"redis://127.0.0.1:{held_redis_port}/0",  # nothing answers there until the test ends
         redis_cluster=True,
         redis_timeout_s=0.2,
         model_dir=str(tmp_path),

@@ -53,8 +53,10 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 @pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
-def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once_it_answers() -> None:
-    redis_port = free_port()
+def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once_it_answers(
+    held_redis_port: int,
+) -> None:
+    redis_port = held_redis_port  # for the cluster started below: no other server takes it first
     proc = _sidecar(f"redis://127.0.0.1:{redis_port}/0")
     node = None
     try:
@@ -80,10 +82,12 @@ def test_pull_mode_answers_health_while_its_cluster_is_down_and_turns_ready_once
 
 
 @pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
-def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answers() -> None:
+def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answers(
+    held_redis_port: int,
+) -> None:
     """Against a plain Redis (no cluster) down at start-up, ``/ready`` answered 200 at once, while
     every ``/next`` answered 503 "redis unavailable": ready meant nothing."""
-    redis_port = free_port()
+    redis_port = held_redis_port  # for the server started below: no other server takes it first
     proc = _sidecar(f"redis://127.0.0.1:{redis_port}/0", cluster=False)
     server = None
     try:
@@ -106,8 +110,8 @@ def test_pull_mode_on_a_plain_redis_down_at_start_up_is_not_ready_until_it_answe
 
 
 @pytest.mark.timeout(PROCESS_START_S + 90)  # the start, then the test's own waits
-def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster() -> None:
-    proc = _sidecar(f"redis://127.0.0.1:{free_port()}/0")
+def test_pull_mode_stops_at_once_on_sigterm_while_still_waiting_for_its_cluster(held_redis_port: int) -> None:
+    proc = _sidecar(f"redis://127.0.0.1:{held_redis_port}/0")  # nothing answers there until the test ends
     try:
         until_status(f"{_base(proc)}/health", 200, proc, timeout_s=30)
         code, out, _ = _stop(proc)  # fails unless it exits within 20 s of the SIGTERM
