@@ -1,6 +1,7 @@
 """Spies on a real session: what it was asked to do, recorded as it does it. The drain and shutdown
 tests read from them the bound each hand-back was given, which no counter or log line says; the runner
-tests, how many items the sidecar had started at once, and the moment it started its n-th."""
+tests, how many items the sidecar had started at once, the moment it started its n-th, and the moment
+its first request reached the engine."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.engine_sim.batch import Generation, SimulatedEngine
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import WorkerSession
 
@@ -53,3 +55,23 @@ class Started(Holdings):
         self.started += 1
         if self.started == self.at:
             self.then()
+
+
+def first_generation(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """Call ``then()`` as the first request reaches an engine-sim served from this process
+    (``procs.engine_threads``), on the engine's own thread, before it queues the request: nothing
+    can answer or withdraw it before ``then`` returns, and whatever the sidecar does about it comes
+    while the engine holds it. A lease lost or a schedule wiped then is lost or wiped mid-generation,
+    not at a poll of Redis's ``running`` count, which a poll late on a loaded host (the ~0.5 s item
+    already done) never saw again. ``then`` may block (a Redis call): the engine waits for it."""
+    generate = SimulatedEngine.generate
+    seen = 0
+
+    async def spied(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
+        nonlocal seen
+        seen += 1
+        if seen == 1:
+            then()
+        return await generate(engine, prompt_tokens, output_tokens)
+
+    monkeypatch.setattr(SimulatedEngine, "generate", spied)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSess
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import item, publish, run_until, tally
-from tests.service.sidecar.spies import MostStarted, Started
+from tests.service.sidecar.spies import MostStarted, Started, first_generation
 
 
 def _sidecar(
@@ -185,20 +186,22 @@ def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_le
 
 
 def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_done_once(
-    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+    redis_client: redis.Redis,
+    redis_url: str,
+    engine_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     long_item = item("p", 0, 6000)  # ~0.5 s
     publish(delivery, "lost", {"w0": [long_item]}, lease_ttl_ms=60_000)
 
-    def reaped_once() -> bool:
-        if delivery.progress("lost").running == 1 and not getattr(reaped_once, "done", False):
-            delivery.reap("lost", now_ms=int(time.time() * 1000) + 3_600_000)  # the lease "lapses"
-            reaped_once.done = True  # type: ignore[attr-defined]
-        return delivery.progress("lost").finished
+    def lapses() -> None:  # as the engine takes the request in: the lease "lapses" under it
+        delivery.reap("lost", now_ms=int(time.time() * 1000) + 3_600_000)
 
+    first_generation(monkeypatch, lapses)
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), reaped_once)
+        stats = run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), _finished(delivery, "lost"))
     assert (stats.lost, stats.accepted, stats.stale) == (1, 1, 0)
     lost_lines = [r for r in caplog.records if "lost; stopping it" in r.getMessage()]
     assert [getattr(r, "schedule_id", None) for r in lost_lines] == ["lost"]  # which step lost it
@@ -208,21 +211,25 @@ def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_
 
 
 def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_and_not_promised_again(
-    redis_client: redis.Redis, redis_url: str, engine_url: str, caplog: pytest.LogCaptureFixture
+    redis_client: redis.Redis,
+    redis_url: str,
+    engine_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "gone", {"w0": [item("p", 0, 6000)]}, lease_ttl_ms=60_000)  # ~0.5 s
+    wiped = threading.Event()
 
-    def wiped_while_running() -> bool:  # Redis restarted without persistence: every key is gone
-        if delivery.progress("gone").running == 1:
-            redis_client.flushdb()
-            return True
-        return False
+    def wiped_while_running() -> None:  # Redis restarted without persistence: every key is gone
+        redis_client.flushdb()
+        wiped.set()
 
+    first_generation(monkeypatch, wiped_while_running)  # as the engine takes the request in
     # stopped once the keys are gone; the drain lets the running item finish and report
     sidecar = _sidecar(redis_url, engine_url)  # heartbeats every 20 s: the completion comes first
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = run_until(sidecar, wiped_while_running)
+        stats = run_until(sidecar, wiped.is_set)
     assert (stats.accepted, stats.stale) == (0, 1)  # counted, as the pull API's 404 tells its worker
     assert not any("will be redelivered" in r.getMessage() for r in caplog.records)  # it will not
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)  # nothing for an operator to fix
