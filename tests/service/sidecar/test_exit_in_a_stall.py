@@ -300,14 +300,14 @@ def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_t
 
 @pytest.mark.slow
 def test_a_push_sidecar_started_while_redis_was_down_then_sigtermed_with_it_paused_exits_in_time(
-    tmp_path: Path,
+    tmp_path: Path, held_redis_port: int
 ) -> None:
     """Redis down at start-up (nothing on its port), then up but SIGSTOPped: the main loop and the
     takeover ask its version, one on the server (5 s socket timeout), the other waiting for it. The
     exit closed the first's connection, and the waiting one then asked the server again, on a new
     connection: the counters came 5 s after SIGTERM with --drain-timeout 0 (promise 2 s). A check
     that failed is now the waiting one's answer too (``redis_conn.VersionCheck``)."""
-    port = free_port()
+    port = held_redis_port  # for the server started below: no other server takes it first
     with cluster(tmp_path) as procs:
         engine = procs.engine_threads({"engine": 0.01})["engine"]
         redis_url = f"redis://127.0.0.1:{port}/0"

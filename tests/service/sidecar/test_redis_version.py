@@ -89,10 +89,12 @@ def test_a_sidecar_against_a_redis_too_old_exits_at_start_with_one_line(
 
 
 @pytest.mark.timeout(90)
-def test_a_push_sidecar_whose_redis_was_down_at_start_asks_its_version_before_claiming() -> None:
+def test_a_push_sidecar_whose_redis_was_down_at_start_asks_its_version_before_claiming(
+    held_redis_port: int,
+) -> None:
     """A plain Redis down at start-up cannot be asked then: the sidecar waits for it, and exits in
     one line once it answers with a version too old, having claimed and written nothing."""
-    redis_port = free_port()
+    redis_port = held_redis_port  # for the server started below: no other server takes it first
     url = f"redis://127.0.0.1:{redis_port}/0"
     proc = _sidecar(url, "--engine-url", f"http://127.0.0.1:{free_port()}")
     try:
