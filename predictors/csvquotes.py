@@ -1,4 +1,5 @@
-"""A csv quote never closed, found rather than read as the rest of the file in one cell.
+"""A csv record bad as a whole: a quote never closed, found rather than read as the rest of the file
+in one cell, and a record of another width than the header (``width_error``).
 
 ``csv.reader`` (not strict: strict would also refuse ``"x"y``, which pyarrow and it both read as
 ``xy``) and pyarrow end an open quoted cell at the end of the file. A stray opening quote in a row's
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 
+from predictors.tracerename import FileNamedError
 from scheduler.trace import TraceFormatError
 
 
@@ -55,3 +57,29 @@ def open_quote_error(source: str, line: int, header: list[str], cells: list[str]
         shown,
         "opens a quote that is never closed: every line after it would be this one cell",
     )
+
+
+SHOWN_CELLS = 8  # of a row shown in its width's error, each cut to SHOWN_TEXT characters
+SHOWN_TEXT = 40
+
+
+def width_error(source: str, lines: tuple[int, int], header: list[str], cells: list[str]) -> TraceFormatError:
+    """The error for a record of another width than ``header`` (the file's own names) that begins and
+    ends on ``lines``: at the line it begins on, its cells shown as the value, saying how many it has,
+    how many the header has and which columns it lacks. It was ``short.csv:3:plen=3: row has 3 cells,
+    expected 5``: the count shown as the value of a cell the row does not have (trace56)."""
+    count, width = len(cells), len(header)
+    shown = [c if len(c) <= SHOWN_TEXT else c[:SHOWN_TEXT] + "..." for c in cells[:SHOWN_CELLS]]
+    if count > SHOWN_CELLS:
+        shown.append(f"... {count - SHOWN_CELLS} more")
+    reason = f"has {count} cells where the header has {width}"
+    if count < width:
+        lacking = ", ".join(header[count:])
+        reason += f": no cell for {lacking}"
+    else:
+        reason += (
+            f": {count - width} past its last column, {header[-1]!r} (a cell holding ',' must be quoted)"
+        )
+    if lines[1] != lines[0]:
+        reason += f" (the row runs on to line {lines[1]}: a quoted cell holds a line break)"
+    return FileNamedError(source, lines[0], "<row>", shown, reason)

@@ -4,24 +4,39 @@ it with --map step=COLUMN)" sent the user looking for a column the file did have
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 SHOWN_COLUMNS = 12  # of a header listed in a missing column's error: enough to pick from, one line
 
 
-def missing_columns(missing: list[str], columns: list[str]) -> str:
+def missing_columns(missing: list[str], columns: list[str], rename: Mapping[str, str] | None = None) -> str:
     """The message for the required ``missing`` (in the schema's order) that ``columns`` lacks: the
     first one's hint, then the others and the columns the file does have, so one run shows every
     ``--map`` an import needs, not one column a run, and the user need not list the header to find
-    what to map."""
-    message = f"required column is missing{missing_hint(missing[0], columns)}"
+    what to map.
+
+    ``columns`` are the file's own names and ``rename`` the ``--map`` renaming (file column -> schema
+    column): the list shows each column as the file names it, a renamed one with the name it was given
+    (``'epoch' (as step)``). It listed the names after the renaming, ``'step', ..., 'rlen'`` of a file
+    whose header reads ``epoch, ..., rlen`` (trace56). A column the renaming took is no candidate
+    for a hint: it already went to another column."""
+    rename = rename or {}
+    free = [column for column in columns if column not in rename]
+    message = f"required column is missing{missing_hint(missing[0], free)}"
     if separator_hint(columns):
         return message
     if len(missing) > 1:
         message += f"; missing too: {', '.join(missing[1:])}"
-    if all(_variant(column, columns) is not None for column in missing):
+    if all(_variant(column, free) is not None for column in missing):
         return message  # each is pointed at in the header already
-    shown = ", ".join(repr(c) for c in columns[:SHOWN_COLUMNS])
+    shown = ", ".join(_named(c, rename) for c in columns[:SHOWN_COLUMNS])
     more = f" and {len(columns) - SHOWN_COLUMNS:,} more" if len(columns) > SHOWN_COLUMNS else ""
     return f"{message}; the columns it has: {shown}{more}" if columns else f"{message}; it has no column"
+
+
+def _named(column: str, rename: Mapping[str, str]) -> str:
+    """A header's column as the file names it, and what ``--map`` renamed it to, if anything."""
+    return f"{column!r} (as {rename[column]})" if column in rename else repr(column)
 
 
 def missing_hint(column: str, columns: list[str]) -> str:

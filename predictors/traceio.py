@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open
+from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open, width_error
 from predictors.headerhints import missing_columns
 from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
-from predictors.tracerename import Renamer, in_file_terms
+from predictors.tracerename import FileNamedError, Renamer, in_file_terms
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
@@ -253,12 +253,13 @@ def _raw_extra(value: object) -> float | str:
     return str(value).strip()
 
 
-def _check_header(columns: list[str], source: str, line: int = 1) -> None:
-    """Refuse a header (jsonl: the first record's keys) lacking a required column, naming every one
-    it lacks and the columns it has."""
-    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
+def _check_header(columns: list[str], rename: Mapping[str, str], source: str, line: int = 1) -> None:
+    """Refuse a header (jsonl: the first record's keys) lacking a required column once ``rename``d,
+    naming every one it lacks and the columns it has, as the file names them (``missing_columns``)."""
+    renamed = {rename.get(column, column) for column in columns}
+    missing = [column for column in REQUIRED_COLUMNS if column not in renamed]
     if missing:
-        raise TraceFormatError(source, line, missing[0], None, missing_columns(missing, columns))
+        raise FileNamedError(source, line, missing[0], None, missing_columns(missing, columns, rename))
 
 
 # --- readers -------------------------------------------------------------------------------------
@@ -283,8 +284,9 @@ def _csv_records(path: Path, reader: Any, renamer: Renamer, tap: LineTap) -> Raw
     header = next(reader, None)
     if header is None:
         raise InvalidInputError("trace", str(path), "the file is empty (no header line)")
-    header = renamer.header([h.strip() for h in header])
-    _check_header(header, str(path))
+    in_file = [h.strip() for h in header]
+    header = renamer.header(in_file)
+    _check_header(in_file, renamer.rename, str(path))
     width = len(header)
     end, tap.lines = reader.line_num, []
     for cells in reader:
@@ -295,14 +297,7 @@ def _csv_records(path: Path, reader: Any, renamer: Renamer, tap: LineTap) -> Raw
         if has_line_break(cells[-1]) and quote_left_open(lines):
             raise open_quote_error(str(path), begin, header, cells)
         if len(cells) != width:
-            column = header[len(cells)] if len(cells) < width else f"<cell {len(cells)}>"
-            raise TraceFormatError(
-                str(path),
-                reader.line_num,
-                column,
-                len(cells),
-                f"row has {len(cells)} cells, expected {width}",
-            )
+            raise width_error(str(path), (begin, reader.line_num), in_file, cells)
         yield reader.line_num, dict(zip(header, cells, strict=True))
 
 
@@ -313,7 +308,7 @@ def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
     for line, cells in jsonl_objects(path):
         renamed = renamer.cells(cells, line)
         if first:
-            _check_header(list(renamed), str(path), line)
+            _check_header(list(cells), renamer.rename, str(path), line)
             first = False
         yield line, renamed
     renamer.check_all_seen()
@@ -327,7 +322,7 @@ def _parquet_rows(path: Path, renamer: Renamer) -> RawRows:
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
         raise InvalidInputError("trace", str(path), f"not a readable parquet file ({exc})") from None
     names = renamer.header(list(table.column_names))
-    _check_header(names, str(path))
+    _check_header(list(table.column_names), renamer.rename, str(path))
     columns = {
         name: table.column(old).to_pylist() for name, old in zip(names, table.column_names, strict=True)
     }

@@ -120,7 +120,8 @@ def test_a_short_row_is_an_error_not_a_skip(tmp_path: Path) -> None:
     path.write_text("step,prompt_id,sample_idx,prompt_tokens,output_tokens\n0,a,0,5,7\n0,a,1\n")
     with pytest.raises(TraceFormatError) as info:
         read_trace(path)
-    assert (info.value.line, info.value.column) == (3, "prompt_tokens")
+    assert (info.value.line, info.value.column, info.value.value) == (3, "<row>", ["0", "a", "1"])
+    assert info.value.reason == "has 3 cells where the header has 5: no cell for prompt_tokens, output_tokens"
 
 
 def test_an_empty_trace_is_refused_unless_allowed(tmp_path: Path) -> None:

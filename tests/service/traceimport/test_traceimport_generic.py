@@ -73,7 +73,7 @@ SCHEMA = ["step", "prompt_id", "sample_idx", "prompt_tokens", "output_tokens"]
 
 def test_a_csv_row_with_a_cell_too_many_is_an_error_not_a_column(tmp_path: Path) -> None:
     path = _csv(tmp_path / "t.csv", SCHEMA, [0, "a", 0, 10, 100, 999])
-    with pytest.raises(TraceFormatError, match=r"t\.csv:2:.*6 cells, expected 5"):
+    with pytest.raises(TraceFormatError, match=r"t\.csv:2:<row>=.*has 6 cells where the header has 5"):
         import_generic(path, "csv", {})
 
 
@@ -213,9 +213,7 @@ def test_a_bad_cell_of_a_mapped_column_names_the_users_column_and_the_one_it_map
 def test_a_short_row_names_the_users_column_it_lacks(tmp_path: Path) -> None:
     path = tmp_path / "runs.csv"
     path.write_text(",".join(MAPPED_HEADER) + "\n0,a,0,10\n")
-    with pytest.raises(
-        TraceFormatError, match=r"runs\.csv:2:rlen=4: as output_tokens \(--map output_tokens=rlen\)"
-    ):
+    with pytest.raises(TraceFormatError, match=r"runs\.csv:2:<row>=.*: no cell for rlen$"):
         import_generic(path, "csv", parse_mapping(MAPPED))
 
 
