@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
 from predictors.tracerename import FileNamedError, Renamer, in_file_terms
-from predictors.tracetable import Trace, TraceBuilder
+from predictors.tracetable import INFINITE_FEATURE, Trace, TraceBuilder, first_infinite
 from scheduler.errors import InvalidInputError
 from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError, parse_row
 
@@ -140,13 +140,27 @@ def _undecodable_at(source: str) -> tuple[int, int, str, bytes] | None:
 
 def rows_to_trace(rows: RawRows, source: str) -> Trace:
     """Validate every row (``parse_row``) into a ``Trace``; extra cells keep their file's typing."""
-    builder = TraceBuilder()
+    builder, where = TraceBuilder(), []
     for line, raw in rows:
         cells = _scalar_cells(raw, source, line)
         _refuse_unnamed(cells, source, line)
         row = parse_row(cells, source, line)
         builder.add(row, {k: _raw_extra(v) for k, v in cells.items() if k not in _KNOWN and _present(v)})
-    return builder.build()
+        where.append((source, line))
+    trace = builder.build()
+    refuse_infinite(trace, where)
+    return trace
+
+
+def refuse_infinite(trace: Trace, where: Sequence[tuple[str, int]]) -> None:
+    """A ``TraceFormatError`` at the first infinite value of a numeric feature column, ``where[i]``
+    being row ``i``'s (file, line) (``tracetable.INFINITE_FEATURE``). Only a numeric column's: in a
+    text column ``inf`` is the word it is."""
+    found = first_infinite(trace)
+    if found is not None:
+        column, row = found
+        source, line = where[row]
+        raise TraceFormatError(source, line, column, float(trace.numeric[column][row]), INFINITE_FEATURE)
 
 
 def _scalar_cells(cells: dict[str, object], source: str, line: int) -> dict[str, object]:
@@ -192,7 +206,8 @@ def _read_fast(path: Path, rename: Mapping[str, str] | None = None) -> Trace | N
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error):
         return None  # unreadable here: the row-by-row path reports it precisely
     table = None if table is None else _renamed(table, rename or {})
-    return None if table is None else fast_trace(table)
+    trace = None if table is None else fast_trace(table)
+    return None if trace is None or first_infinite(trace) is not None else trace  # the row path locates it
 
 
 def _renamed(table: Any, rename: Mapping[str, str]) -> Any:

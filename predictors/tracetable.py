@@ -318,3 +318,20 @@ def as_level(value: float | str | None) -> str:
 def number_text(value: float) -> str:
     """A number as a category level: ``3`` for 3.0, the shortest round-trip form otherwise."""
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+# Why a trace refuses an infinite feature: the service's entries hold the rule already (``POST
+# /actuals`` and ``trace push`` answer "Input should be a finite number", the history's rows
+# ``feature_value``), where a trace took one, trained on it and wrote it to jsonl as ``Infinity``.
+INFINITE_FEATURE = "an infinite number: a feature is text or a finite number, as POST /actuals takes one"
+
+
+def first_infinite(trace: Trace) -> tuple[str, int] | None:
+    """(column, row) of the first row holding an infinite value in a numeric extra column, the first
+    such column of that row; None where every one is finite or missing (NaN: a missing value)."""
+    found: tuple[int, str] | None = None
+    for name, values in trace.numeric.items():
+        rows = np.flatnonzero(np.isinf(values))
+        if len(rows) and (found is None or int(rows[0]) < found[0]):
+            found = (int(rows[0]), name)
+    return None if found is None else (found[1], found[0])

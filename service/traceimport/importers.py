@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predictors.jsonlobjects import jsonl_objects
-from predictors.traceio import check_input_file, check_unique, read_renamed, utf8_rows
+from predictors.traceio import check_input_file, check_unique, read_renamed, refuse_infinite, utf8_rows
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import (
@@ -101,7 +101,7 @@ def import_verl(
     _refuse_one_step_twice(files)
     tokenizer_json = tokenizer_file(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_json)
-    builder, clamped, kept, empty, tool_turns = TraceBuilder(), 0, frozenset(keep), [], 0
+    builder, clamped, kept, empty, tool_turns, where = TraceBuilder(), 0, frozenset(keep), [], 0, []
     fields: set[str] = set()
     for path in files:
         records = _read_dump(path)
@@ -117,8 +117,10 @@ def import_verl(
                 path, line, record, (prompt_tokens, output_tokens), (max_new_tokens, count_eos), seen, kept
             )
             builder.add(row)
+            where.append((str(path), line))
             clamped += was_clamped
     trace = builder.build()
+    refuse_infinite(trace, where)  # a kept field's Infinity, as every trace file's
     if len(trace) == 0:
         raise InvalidInputError("dir", str(directory), "its {step}.jsonl dumps hold no rows")
     check_unique(trace, str(directory))
