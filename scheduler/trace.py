@@ -177,6 +177,10 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     for column in REQUIRED_COLUMNS:
         if column not in cells or _empty(cells[column]):
             raise TraceFormatError(source, line, column, cells.get(column), "required value is missing")
+    if isinstance(cells["prompt_id"], bool):  # a flag column mapped or written as the id: no id at all
+        raise TraceFormatError(
+            source, line, "prompt_id", cells["prompt_id"], "expected text or a number, got a boolean"
+        )
     finish = cells.get("finish_reason")
     finish_reason = None if _empty(finish) else str(finish).strip()
     if not says_length(finish_reason):  # before the counts: an abort's 0 is no miscount, it is no actual
