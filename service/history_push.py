@@ -38,11 +38,13 @@ class Pushed:
     repeated: int = 0  # actuals it held already (a trace pushed twice): not stored again
 
 
-def actual_reports(trace: Trace, worker_id: str) -> list[ActualReport]:
+def actual_reports(trace: Trace, worker_id: str, source: str = "trace") -> list[ActualReport]:
     """The trace's rows as validated reports.
 
-    Raises ``InvalidInputError`` naming the first row the API would refuse (its index in the trace).
-    """
+    Raises ``InvalidInputError`` naming the first row the API would refuse in ``source`` (the file):
+    its place among the rows, 1-based as they stand in the file, and its key, which a search of the
+    file finds in any format. It said ``row 1.prompt_id``, the row's 0-based index in the trace, of
+    a row on line 3 of a csv (trace56)."""
     reports: list[ActualReport] = []
     for index, row in enumerate(trace.rows()):
         try:
@@ -50,7 +52,9 @@ def actual_reports(trace: Trace, worker_id: str) -> list[ActualReport]:
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise InvalidInputError(f"row {index}.{where}", first.get("input"), first["msg"]) from None
+            key = f"step {row.step}, prompt {row.prompt_id!r}, sample {row.sample_idx}"
+            field = f"{source}: row {index + 1} ({key}): {where}"
+            raise InvalidInputError(field, first.get("input"), first["msg"]) from None
     return reports
 
 

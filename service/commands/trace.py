@@ -299,7 +299,7 @@ def push_command(
         raise _fail(exc) from None
     try:
         rows = read_trace(trace_path)
-        reports = actual_reports(rows, worker_id)
+        reports = actual_reports(rows, worker_id, str(trace_path))
         # the generator's rows: the history, and a model fitted on it, learn no recorded run's lengths
         of = "SYNTHETIC " if is_synthetic(rows) else ""
         with SchedulerClient(url, token=token, timeout_s=120) as client:
