@@ -15,9 +15,27 @@ or by the renaming itself, names the file's own column or the mapping's already:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from difflib import get_close_matches
 
 from predictors.headerhints import separator_hint
-from scheduler.trace import REQUIRED_COLUMNS, TraceFormatError
+from scheduler.errors import InvalidInputError
+from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError
+
+TRACE_COLUMNS = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+NEAR_MISS = 0.85  # difflib's ratio from which a --map target is a trace column misspelt (steps, rewards)
+
+
+def check_target(target: str, pair: str) -> None:
+    """Refuse a ``--map`` onto a name that is a trace column misspelt (``max_new_token``, ``rewards``,
+    ``Step``). A map onto another name keeps the column as a feature of that name, so the typo was taken
+    silently: the file's cap became a feature ``max_new_token`` and the trace had no cap (trace56).
+    A name far from every trace column (``level=difficulty``) still renames a feature."""
+    if target in TRACE_COLUMNS:
+        return
+    near = get_close_matches(target.casefold(), TRACE_COLUMNS, n=1, cutoff=NEAR_MISS)
+    if near:
+        reason = f"{target!r} is no trace column, {near[0]!r} is (a --map onto another name keeps a feature)"
+        raise InvalidInputError("map", pair, reason)
 
 
 class FileNamedError(TraceFormatError):

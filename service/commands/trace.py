@@ -52,7 +52,10 @@ MaxNewTokensFlag = Annotated[
     int | None, typer.Option(help="verl: the run's response_length; marks outputs at it as truncated.")
 ]
 MapFlag = Annotated[
-    list[str] | None, typer.Option("--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable.")
+    list[str] | None,
+    typer.Option(
+        "--map", help="generic: SCHEMA_COLUMN=FILE_COLUMN, repeatable; another name renames a feature."
+    ),
 ]
 CountEosFlag = Annotated[
     bool | None,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from predictors.jsonlobjects import jsonl_objects
 from predictors.traceio import check_input_file, check_unique, read_renamed, refuse_infinite, utf8_rows
+from predictors.tracerename import check_target
 from predictors.tracetable import Trace, TraceBuilder
 from scheduler.errors import InvalidInputError
 from scheduler.trace import (
@@ -348,6 +349,7 @@ def parse_mapping(pairs: Sequence[str]) -> dict[str, str]:
             raise InvalidInputError("map", pair, "expected SCHEMA_COLUMN=FILE_COLUMN")
         if source in mapping or target in mapping.values():
             raise InvalidInputError("map", pair, "maps a column already mapped by an earlier --map")
+        check_target(target, pair)
         mapping[source] = target
     return mapping
 
