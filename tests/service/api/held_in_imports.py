@@ -5,19 +5,19 @@ test's own."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.service.api.serve_child import MAIN, serve_child
+
 IMPORTING = "importing the app\n"  # the child's word that it stands still
 
 
 def stand_still(module: str, said: str) -> str:
     """A child's source ending: the console script's entry, held still (saying ``said``) as ``module``
     begins to import, until the test's signal."""
-    return f"""
+    return (
+        f"""
 import sys, time
 
 class StandStill:
@@ -29,9 +29,9 @@ class StandStill:
         return None
 
 sys.meta_path.insert(0, StandStill())
-from service.cli import main
-main()
 """
+        + MAIN
+    )
 
 
 # serve held at the app's import
@@ -40,17 +40,10 @@ STAND_STILL = stand_still("service.app", IMPORTING.rstrip("\n"))
 
 def held_in_imports(source: str, args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
     """``source`` (ending in ``STAND_STILL``) run with ``args``, once it says it imports the app; a
-    child that says anything else is killed and reaped before the assertion fails."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", source, *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child that says anything else is killed and reaped before the assertion fails. The child is
+    ``serve_child``'s: the parent's environment less ``REDIS_URL`` and ``ROLLOUT_*``, its files under
+    ``tmp_path``."""
+    child = serve_child(source, args, tmp_path)
     try:
         assert child.stdout is not None
         assert child.stdout.readline() == IMPORTING

@@ -17,10 +17,10 @@ the stop whatever the host's load.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -28,6 +28,7 @@ import pytest
 
 from service.api.exit_guard import FORCED_STATUS, SIGNALLED_LOG
 from service.cli import SECOND_SIGNAL_LOG, UNSIGNALLED_EXIT_LOG
+from tests.service.api.serve_child import FAILING_STARTUP, MAIN, serve_child
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
 from tests.service.procfs import embedded_server_of, end_server_if_left
 
@@ -35,16 +36,13 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the child's processes from /proc"),
 ]
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 120.0  # a bound against never, for a loaded host
-CHILD = """
-import sys
-from service import app as service_app
+# serve whose startup fails (its last argument ``failed``) or whose app's building raises (``crash``),
+# its embedded server's stop held (saying ``stopping``) until the test writes a line to its stdin
+CHILD = (
+    FAILING_STARTUP
+    + """
 from service import embedded
-
-async def failing(scope, receive, send):
-    await receive()  # lifespan.startup
-    await send({"type": "lifespan.startup.failed", "message": "planted"})
 
 def held(stop):
     def stop_when_told(self):
@@ -56,27 +54,31 @@ def held(stop):
 def crashing(*args, **kwargs):
     raise RuntimeError("planted crash")
 
-service_app.create_app = crashing if sys.argv.pop() == "crash" else lambda *args, **kwargs: failing
+if sys.argv.pop() == "crash":
+    service_app.create_app = crashing
 embedded.EmbeddedServer.stop = held(embedded.EmbeddedServer.stop)
-from service.cli import main
-sys.argv = ["rollout-scheduler", "serve", "--port", "0"]
-main()
 """
+    + MAIN
+)
 
 
-def _started(how: str, tmp_path: Path) -> subprocess.Popen[str]:
-    """``CHILD`` ending ``how``, on the embedded server, its pipes the test's."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), ROLLOUT_MODEL_DIR=str(tmp_path))
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, how],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@contextmanager
+def _stopping(how: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, Path]]:
+    """``CHILD`` ending ``how`` (``serve --port 0`` on the embedded server) once its server's stop is
+    held: the child, that server's pid and its data dir. At the block's end the child is killed and
+    reaped, and the server ended if it outlived it: what the test says of them, it says within."""
+    child = serve_child(CHILD, ["serve", "--port", "0", how], tmp_path)
+    server = 0
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "stopping\n", child.communicate(timeout=WAIT_S)[1][-2000:]
+        server, data_dir = embedded_server_of(child.pid)
+        yield child, server, data_dir
+    finally:
+        child.kill()
+        child.wait()
+        if server:
+            end_server_if_left(server)
 
 
 @pytest.mark.parametrize(
@@ -87,12 +89,7 @@ def _started(how: str, tmp_path: Path) -> subprocess.Popen[str]:
 def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_stopped_and_the_status(
     how: str, sig: signal.Signals, status: int, tmp_path: Path
 ) -> None:
-    child = _started(how, tmp_path)
-    server = 0
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "stopping\n", child.communicate(timeout=WAIT_S)[1][-2000:]
-        server, data_dir = embedded_server_of(child.pid)
+    with _stopping(how, tmp_path) as (child, server, data_dir):
         child.send_signal(sig)
         _, err = child.communicate("go\n", timeout=WAIT_S)
         assert child.returncode == status, err[-2000:]
@@ -102,11 +99,6 @@ def test_a_stop_signal_during_an_unsignalled_exits_cleanup_leaves_the_server_sto
         assert "embedded valkey-server stopped" in err, err[-2000:]
         assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
         assert not data_dir.exists(), f"{data_dir} outlived serve"
-    finally:
-        child.kill()
-        child.wait()
-        if server:
-            end_server_if_left(server)
 
 
 def test_a_third_stop_signal_during_a_failed_starts_cleanup_forces_it_and_ends_the_server(
@@ -114,13 +106,8 @@ def test_a_third_stop_signal_during_a_failed_starts_cleanup_forces_it_and_ends_t
 ) -> None:
     """The first signal logged, the second logged, the third forces the exit (70): the guard's last acts
     end the embedded server and remove its dir, its stop still held."""
-    child = _started("failed", tmp_path)
-    server = 0
-    try:
-        assert child.stdout is not None
+    with _stopping("failed", tmp_path) as (child, server, data_dir):
         assert child.stderr is not None
-        assert child.stdout.readline() == "stopping\n", child.communicate(timeout=WAIT_S)[1][-2000:]
-        server, data_dir = embedded_server_of(child.pid)
         for line in (UNSIGNALLED_EXIT_LOG, SECOND_SIGNAL_LOG):  # each heard before the next is sent
             child.send_signal(signal.SIGTERM)
             assert _logged(child.stderr, line), line
@@ -130,11 +117,6 @@ def test_a_third_stop_signal_during_a_failed_starts_cleanup_forces_it_and_ends_t
         assert SIGNALLED_LOG in err, err[-2000:]
         assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
         assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived serve"
-    finally:
-        child.kill()
-        child.wait()
-        if server:
-            end_server_if_left(server)
 
 
 def _logged(stream: IO[str], line: str) -> bool:

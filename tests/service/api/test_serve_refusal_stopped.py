@@ -14,17 +14,16 @@ stdin: no sleep of the test's decides the outcome.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.service.api.serve_child import MAIN, serve_child
+
 # ``rollout-scheduler serve --redis-cluster`` as the console script runs it, held at its refusal's line
-CHILD = """
+CHILD = (
+    """
 import sys, typer
 
 echo = typer.echo
@@ -36,9 +35,9 @@ def echo_when_told(message=None, *args, **kwargs):
     echo(message, *args, **kwargs)
 
 typer.echo = echo_when_told
-from service.cli import main
-main()
 """
+    + MAIN
+)
 
 
 REFUSALS = [
@@ -52,17 +51,7 @@ REFUSALS = [
 def test_serve_stopped_while_it_refuses_exits_2_with_its_line(
     sig: signal.Signals, flags: tuple[str, ...], line: str, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, "serve", *flags],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = serve_child(CHILD, ["serve", *flags], tmp_path)
     try:
         assert child.stdout is not None
         assert child.stdout.readline() == "refusing\n"
@@ -70,6 +59,7 @@ def test_serve_stopped_while_it_refuses_exits_2_with_its_line(
         _, err = child.communicate("go on\n", timeout=120)
     finally:
         child.kill()
+        child.wait()
     assert child.returncode == 2, err[-2000:]
     assert line in err
     assert "Traceback" not in err

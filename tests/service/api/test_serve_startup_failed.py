@@ -11,41 +11,19 @@ the real ``serve`` with its real embedded Redis; only its app is one whose start
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from service.ports import free_port
+from tests.service.api.serve_child import FAILING_STARTUP, MAIN, serve_child
 
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 120.0  # a bound against never, for a loaded host
-
-CHILD = """
-import sys
-from service import app as service_app
-
-async def failing(scope, receive, send):
-    await receive()  # lifespan.startup
-    await send({"type": "lifespan.startup.failed", "message": "planted"})
-
-service_app.create_app = lambda *args, **kwargs: failing
-from service.cli import main
-sys.argv = ["rollout-scheduler", "serve", "--port", sys.argv[1]]
-main()
-"""
 
 
 def test_serve_whose_app_fails_its_startup_exits_3(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(ROLLOUT_MODEL_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        env=env,
-        cwd=ROOT,
-    )
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert "Application startup failed" in done.stderr, done.stderr[-2000:]
+    child = serve_child(FAILING_STARTUP + MAIN, ["serve", "--port", "0"], tmp_path)
+    try:
+        _, err = child.communicate(timeout=WAIT_S)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 3, err[-2000:]
+    assert "Application startup failed" in err, err[-2000:]
