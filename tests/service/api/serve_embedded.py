@@ -5,12 +5,17 @@ the tests of a stop that waits on a stalled embedded server share (``test_exit_g
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.service.bound_port import child_port
 from tests.service.polling import until_status
+from tests.service.procfs import embedded_server_of, end_server_if_left
 
 
 def serve_embedded(tmp_path: Path, timeout_s: float, wait_s: float) -> tuple[subprocess.Popen[str], str]:
@@ -29,3 +34,27 @@ def serve_embedded(tmp_path: Path, timeout_s: float, wait_s: float) -> tuple[sub
         proc.communicate()
         raise
     return proc, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def its_server_stalled(
+    tmp_path: Path, timeout_s: float, wait_s: float
+) -> Iterator[tuple[subprocess.Popen[str], int, Path]]:
+    """``serve_embedded``, its server then stalled (SIGSTOPped: it takes no SIGTERM until it resumes):
+    the process, the server's pid and its data dir. At the block's end a ``serve`` still running is
+    killed and reaped, the server ended where it is still ours, its dir removed: what the test says of
+    them, it says within the block."""
+    proc, _ = serve_embedded(tmp_path, timeout_s, wait_s)
+    server, data_dir = 0, None
+    try:
+        server, data_dir = embedded_server_of(proc.pid)
+        os.kill(server, signal.SIGSTOP)
+        yield proc, server, data_dir
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if server:
+            end_server_if_left(server)
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)

@@ -13,17 +13,14 @@ still left the exit 0 (review52a: ``exit_guard``'s decision reads the clock). No
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
 from service.api.exit_guard import EXIT_LOG, FORCED_STATUS
-from tests.service.api.serve_embedded import serve_embedded
+from tests.service.api.serve_embedded import its_server_stalled
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
-from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,20 +30,10 @@ WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s pa
 
 
 def test_a_stalled_embedded_server_is_ended_with_its_dir_when_the_guard_ends_the_exit(tmp_path: Path) -> None:
-    proc, _ = serve_embedded(tmp_path, 1, WAIT_S)
-    server, data_dir = embedded_server_of(proc.pid)
-    try:
-        os.kill(server, signal.SIGSTOP)  # the server stalls: it takes no SIGTERM until it resumes
+    with its_server_stalled(tmp_path, 1, WAIT_S) as (proc, server, data_dir):
         proc.send_signal(signal.SIGTERM)
         _, logged = proc.communicate(timeout=WAIT_S)
         guarded = [line for line in logged.splitlines() if EXIT_LOG in line]
         assert (proc.returncode, len(guarded)) == (FORCED_STATUS, 1), logged
         assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
         assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived serve"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if command_name(server) in SERVERS:  # ours, left running: end it
-            os.kill(server, signal.SIGKILL)
-        shutil.rmtree(data_dir, ignore_errors=True)

@@ -15,8 +15,6 @@ no duration is asserted.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -29,11 +27,10 @@ from service.api.exit_guard import EXIT_LOG, FORCED_STATUS, SIGNALLED_LOG
 from service.cli import SECOND_SIGNAL_LOG, UNSIGNALLED_EXIT_LOG, exit_cleanly
 from service.embedded import EmbeddedServer
 from tests.service.api.guard_stand import stood_guard
-from tests.service.api.serve_embedded import serve_embedded
+from tests.service.api.serve_embedded import its_server_stalled
 from tests.service.api.stopped_child import began, closed
 from tests.service.api.stuck_post import stopped_while_stuck
 from tests.service.polling import GONE_WITHIN_S, gone_within, removed_within
-from tests.service.procfs import SERVERS, command_name, embedded_server_of
 
 WAIT_S = 90.0  # a bound against never, for a loaded host: the guard's is 5 s past the graceful wait
 # the embedded case's command timeout: the guard's bound is 4 of them (12 s) past the app's stop, far
@@ -99,10 +96,7 @@ def _sigterm_pending(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the child's processes from /proc")
 def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_with_it(tmp_path: Path) -> None:
-    proc, _ = serve_embedded(tmp_path, STALLED_TIMEOUT_S, WAIT_S)
-    server, data_dir = embedded_server_of(proc.pid)
-    try:
-        os.kill(server, signal.SIGSTOP)  # the server stalls: it takes no SIGTERM until it resumes
+    with its_server_stalled(tmp_path, STALLED_TIMEOUT_S, WAIT_S) as (proc, server, data_dir):
         proc.send_signal(signal.SIGTERM)
         while not _sigterm_pending(server):  # the exit is in the embedded server's stop
             assert proc.poll() is None, "serve ended before it stopped its server"
@@ -113,13 +107,6 @@ def test_a_third_signal_ends_the_exit_at_once_and_the_stalled_embedded_server_wi
         assert (proc.returncode, len(_lines(logged, SIGNALLED_LOG))) == (FORCED_STATUS, 1), logged
         assert gone_within(server, GONE_WITHIN_S), "the embedded server outlived serve"
         assert removed_within(data_dir, GONE_WITHIN_S), f"{data_dir} outlived serve"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if command_name(server) in SERVERS:  # ours, left running: end it
-            os.kill(server, signal.SIGKILL)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_the_handler_exits_at_the_first_signal_logs_the_second_and_forces_at_the_third(
