@@ -38,7 +38,8 @@ waited for (``launch.connect``) while ``GET /health`` answers ``connecting`` (an
 cannot fix must not fail a liveness probe), ``GET /ready`` answers 503 and every other endpoint 503
 ``{"error"}`` with ``Retry-After`` (retry: a ``/done`` dropped on it was run again after the takeover).
 
-Here are the routes; how their errors are answered is ``pull_problems``'s, and the bookkeeping behind
+Here are the routes the worker calls (``pull_probes`` has the probes' and the scraper's, which are no
+sign of its life); how their errors are answered is ``pull_problems``'s, and the bookkeeping behind
 them (the worker's signs of life, what it lost, the hold bound, the session while it connects)
 ``pull_state``'s, with ``connecting``'s before Redis first answers.
 """
@@ -54,8 +55,7 @@ from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST
+from fastapi.responses import JSONResponse
 
 from service.body_encoding import Utf8BodyRoute
 from service.delivery.errors import REDIS_FAILED
@@ -69,9 +69,9 @@ from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
 from service.sidecar.hurry import Hurry
-from service.sidecar.metrics import pull_exposition
 from service.sidecar.pull_bodies import AboveCapError, DoneBody, FailBody
 from service.sidecar.pull_drain import DrainBoundMiddleware, InFlightRequests
+from service.sidecar.pull_probes import add_probes
 from service.sidecar.pull_problems import PROBLEMS, cut_short, misdirected, problem, too_large
 from service.sidecar.pull_state import MAX_WAIT_S, PullState, lease_json
 from service.sidecar.session import WorkerSession
@@ -110,51 +110,7 @@ Pull = Annotated[PullState, Depends(pull_state)]
 
 
 router = APIRouter(route_class=Utf8BodyRoute)
-
-
-@router.get("/health")
-@router.head("/health", include_in_schema=False)  # what curl -I and balancers probe with
-async def health(request: Request) -> JSONResponse:
-    """Liveness of the sidecar (not a sign of the worker's life: probes call it too); ``connecting``
-    while it waits for Redis at start-up, 503 ``failed`` once a loop of it died (``supervision``)."""
-    state: PullState = request.app.state.pull
-    if not state.connected:
-        return JSONResponse({"status": "connecting", "worker_id": state.worker_id, "held": 0, "waiting": 0})
-    holdings = state.session.holdings  # held: handed to the worker, as /leases lists them
-    body = {
-        "status": "ok",
-        "worker_id": state.worker_id,
-        "held": len(holdings.handed()),
-        "waiting": len(holdings.waiting()),
-    }
-    if state.loops.dead is not None:  # its heartbeats (or takeover) died: it is exiting, 70
-        return JSONResponse({**body, "status": "failed", "error": str(state.loops.dead)}, status_code=503)
-    return JSONResponse(body)
-
-
-@router.get("/ready")
-@router.head("/ready", include_in_schema=False)  # what curl -I and balancers probe with
-async def ready(request: Request) -> JSONResponse:
-    """200 once ``/next`` can hand out work: Redis reached at start-up and a killed predecessor's
-    leases handed back; 503 ``connecting`` or ``taking over`` before."""
-    state: PullState = request.app.state.pull
-    status = "connecting" if not state.connected else "taking over" if state.taking_over else "ok"
-    status = "failed" if state.loops.dead is not None else status
-    return JSONResponse({"status": status, "worker_id": state.worker_id}, status_code=_READY[status])
-
-
-_READY = {"ok": 200, "connecting": 503, "taking over": 503, "failed": 503}
-
-
-@router.get("/metrics", response_model=None)
-@router.head("/metrics", response_model=None, include_in_schema=False)
-async def metrics(request: Request) -> Response:
-    """The sidecar's counters and holdings for Prometheus, read at scrape time (``service.sidecar.
-    metrics``; not a sign of the worker's life: a scraper calls it); 503 while it connects."""
-    state: PullState = request.app.state.pull
-    if not state.connected:  # nothing counted yet: a failed scrape, not a row of zeros
-        return PlainTextResponse("connecting to Redis\n", status_code=503)
-    return Response(pull_exposition(state.session, state.generation), media_type=CONTENT_TYPE_LATEST)
+add_probes(router)  # /health, /ready and /metrics: the probes' and the scraper's (pull_probes)
 
 
 @router.get("/next", response_model=None)
