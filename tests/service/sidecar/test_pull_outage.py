@@ -26,11 +26,11 @@ import redis
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.bound_port import child_port
 from tests.service.polling import until_status
 from tests.service.sidecar.procs import PROCESS_START_S, item, publish, wait_until
+from tests.service.sidecar.pullclient import with_api
 
 
 @pytest.fixture
@@ -66,14 +66,7 @@ def test_a_report_redis_did_not_take_keeps_its_lease_and_its_retry_lands(aof_ser
         told = [(answer.status_code, answer.headers.get("Retry-After")) for answer in refused]
         return [told, kept, retried, (await api.get("/leases")).json()["held"]]
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as api:
-            return await script(api)
-
-    assert asyncio.run(run()) == [
+    assert with_api(aof_server.url, script, session=session) == [
         [(503, "1"), (503, "1")],  # retry in a second: the lease is kept for it
         ["a#0", "b#0"],
         [{"outcome": "accepted"}, {"outcome": "requeued"}],
@@ -154,13 +147,7 @@ def test_reset_lets_a_report_in_flight_land_before_it_hands_back_the_rest(aof_se
         await asyncio.to_thread(aof_server.start)
         return [(await done).json(), (await reset).json()]
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as api:
-            return await script(api)
-
-    assert asyncio.run(run()) == [{"outcome": "accepted"}, {"released": 1, "dead_lettered": 0}]
+    answers = with_api(aof_server.url, script, session=session)
+    assert answers == [{"outcome": "accepted"}, {"released": 1, "dead_lettered": 0}]
     assert [(r.key, r.attempt) for r in delivery.read_results("reset")] == [("a#0", 1)]
     assert delivery.progress("reset").queued == 1  # b, handed back
