@@ -11,12 +11,17 @@ differs from the item's (``engine_prompt_tokens``: the chat template the trainer
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.trace import MINIMUM
 from service.delivery.records import TrajectoryResult, bounded_extra
+from service.sidecar.finish_reasons import FAILED, UNREAD, ended_by_itself, meaning
 from service.sidecar.holdings import Held
+
+log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
 
 
 class EngineError(RuntimeError):
@@ -62,7 +67,7 @@ class EngineReply:
 
     output: str  # generated text (a chat's ``content``; empty when it only reasoned or called tools)
     completion_tokens: int  # usage.completion_tokens: the actual length
-    finish_reason: str  # "stop" | "length": what a report carries (the engine's other reasons map here)
+    finish_reason: str  # "stop" | "length" | "abort" (no certain meaning: ``finish_reasons.UNREAD``)
     wall_time_s: float  # request sent -> response received
     extra: dict[str, Any] = field(default_factory=dict)  # reasoning text, tool calls, the engine's reason
 
@@ -76,34 +81,42 @@ def parse_reply(answer: dict[str, Any], wall_time_s: float, max_tokens: int) -> 
     as the pull API's ``/done`` does). A count of 0 is an under-count: a generation is at least the
     token it ended on (``scheduler.trace.output_length``, which ``/done`` and ``POST /actuals``
     refuse a 0 by), so the length is 1, the count kept in ``extra`` likewise; stored as 0, no
-    client reported it, so the predictor never learned that length (learn54)."""
+    client reported it, so the predictor never learned that length (learn54).
+
+    The finish reason is read by the rule the pull API reads a worker's by (``finish_reasons``):
+    ``abort`` gives the item back, ``error`` is a failure; a reason of no certain meaning
+    (``content_filter``, a word no engine here says) is ``abort``, the engine's word in
+    ``extra.engine_finish_reason``: no one here can be asked, as a pull worker is (422), and taken as
+    ``stop`` (as it was) it taught a filter's cut, or a newer engine's ``timeout``, as a length."""
     try:
         choice = answer["choices"][0]
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else choice["text"]
         tokens = int(answer["usage"]["completion_tokens"])
-        finish = str(choice.get("finish_reason") or "stop")
+        said = choice.get("finish_reason")
         if tokens < 0:
             raise ValueError("negative completion_tokens")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError):
         raise EngineError(f"engine answer lacks choices/usage: {str(answer)[:200]}", retryable=True) from None
+    finish = "stop" if said is None else meaning(said)  # an answer that names none ended by itself
     if finish == "abort":  # stopped from outside (a pause for a weight update): run it again later
         raise EngineError("the engine aborted the request", retryable=False, engine_down=True)
-    if finish == "error":  # vLLM's request-level failure (a KV load failed): no trajectory, and
+    if finish == FAILED:  # vLLM's request-level failure (a KV load failed): no trajectory, and
         # vLLM itself answers it with a 500, so it is retried in place and then charged like one
         raise EngineError("the engine ended the generation in error (finish_reason 'error')", retryable=True)
     extra = _message_extras(message) if isinstance(message, dict) else {}
     extra.update(_token_extras(choice))
-    if finish not in ("stop", "length"):
-        extra["engine_finish_reason"] = finish  # tool_calls, repetition...: it ended by itself
+    if finish is None or ended_by_itself(said):  # tool_calls...: ended by itself; else no certain meaning
+        extra["engine_finish_reason"] = said
     if tokens > max_tokens:
         extra["engine_completion_tokens"], tokens = tokens, max_tokens
-    elif tokens < MINIMUM["output_tokens"]:  # an empty generation's count without the token it ended on
+    elif tokens < MINIMUM["output_tokens"] and finish is not None:  # an empty generation's count without
+        # the token it ended on (one of no certain finish says no length, and 0 is one: ``output_length``)
         extra["engine_completion_tokens"], tokens = tokens, MINIMUM["output_tokens"]
     return EngineReply(
         output=str(text or ""),
         completion_tokens=tokens,
-        finish_reason="length" if finish == "length" else "stop",
+        finish_reason=UNREAD if finish is None else finish,
         wall_time_s=wall_time_s,
         extra=extra,
     )
@@ -158,8 +171,18 @@ def _message_extras(message: dict[str, Any]) -> dict[str, Any]:
 
 def result_of(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryResult:
     """The result to complete with; ``concurrency`` (mean sequences in flight while it ran) lets the
-    service learn this worker's speed from the actual (``service/speeds/learner.py``)."""
+    service learn this worker's speed from the actual (``service/speeds/learner.py``). A finish of no
+    certain meaning (``parse_reply``) is said in a warning naming the item: delivered, the trainer gets
+    the output, but no actual is made of it, and an operator must learn why an engine's results
+    teach the predictor nothing (a gateway's content filter, a newer engine's word)."""
     item = held.lease.item
+    if reply.finish_reason == UNREAD:
+        log.warning(
+            "%s: the engine's finish_reason %s has no certain meaning: stored as 'abort' (no length "
+            "learned from it), the engine's word in extra.engine_finish_reason",
+            held.lease.key,
+            _shown(reply.extra.get("engine_finish_reason")),
+        )
     return TrajectoryResult(
         output_tokens=reply.completion_tokens,
         finish_reason=reply.finish_reason,
@@ -176,3 +199,9 @@ def result_of(held: Held, reply: EngineReply, concurrency: float) -> TrajectoryR
             "concurrency": round(concurrency, 3),
         },
     )
+
+
+def _shown(word: Any) -> str:
+    """An engine's finish reason as a log line quotes it: JSON, at most 80 characters."""
+    text = json.dumps(word, ensure_ascii=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."

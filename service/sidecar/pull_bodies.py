@@ -24,7 +24,8 @@ from pydantic import (
 
 from scheduler.trace import output_length
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
-from service.sidecar.pull_finish import engine_word, reported_finish
+from service.sidecar.finish_reasons import ended_by_itself
+from service.sidecar.pull_finish import reported_finish
 
 MAX_TOKENS = 2**31 - 1  # the service's bound on a reported count (docs/api.md)
 # Counts of ``extra`` a worker may state over the item's (its templated prompt length): the trainer's
@@ -60,7 +61,7 @@ class DoneBody(_LeaseRef):
     """A finished trajectory, as the worker reports it."""
 
     # read before output_tokens: whether it says a length (``_a_length``); an engine's word for one
-    # the service knows is read as it (``pull_finish``), any other refused
+    # the service knows is read as it (``finish_reasons``, ``pull_finish``), any other refused
     finish_reason: Annotated[Text, BeforeValidator(reported_finish)] = "stop"
     output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
     output: Text = ""
@@ -73,7 +74,7 @@ class DoneBody(_LeaseRef):
     def _engine_word_kept(cls, data: Any) -> Any:
         """The engine's own word for a finish read as ``stop`` (``tool_calls``...), kept in
         ``extra.engine_finish_reason`` as the push mode keeps it, unless the worker set that itself."""
-        if not isinstance(data, dict) or (word := engine_word(data.get("finish_reason"))) is None:
+        if not isinstance(data, dict) or (word := ended_by_itself(data.get("finish_reason"))) is None:
             return data
         extra = data.get("extra", {})
         if not isinstance(extra, dict) or "engine_finish_reason" in extra:

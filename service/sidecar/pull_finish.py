@@ -1,30 +1,21 @@
-"""The ``finish_reason`` a pull worker's ``/done`` may send (``pull_bodies.DoneBody``), and how an
-engine's own words for it are read.
+"""The ``finish_reason`` a pull worker's ``/done`` may send (``pull_bodies.DoneBody``): what an engine's
+word means is ``finish_reasons``' rule, shared with the push mode; this is the pull API's answer to it.
 
 A ``/done`` took any text here, and every reason but ``stop`` and ``length`` says no length
 (``scheduler.trace.says_length``): a worker that passed its engine's ``tool_calls`` (a chat that
 called a tool), or an ``eos`` or ``STOP`` of its own, had every result stored as no actual, silently,
 so the predictor never learned from it (trace55). Now a reason is one the service knows, an engine's
-word whose meaning is certain (read as the push mode reads it, ``engine_reply.parse_reply``), or a
-422 naming the field and what it takes, with the lease kept for the corrected report. The engines'
-words, from their sources: vLLM's ``FINISH_REASON_STRINGS`` (``stop``, ``length``, ``abort``,
-``error``, ``repetition``), its and SGLang's OpenAI servers' ``tool_calls``, OpenAI's older
-``function_call``, and SGLang's ``meta_info["finish_reason"]`` object, ``{"type": "stop" | "length"
-| "abort", ...}``. Not read: OpenAI's ``content_filter`` (output cut by a filter: neither a length
-nor surely no length), and anything else, in any case (``STOP`` is no engine's word here).
+word whose meaning is certain (``finish_reasons.meaning``), or a 422 naming the field and what it
+takes, with the lease kept for the corrected report: the worker, unlike the push sidecar, can be
+asked (``content_filter`` included: a filter cut the output, and the worker knows whether it keeps it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# What the service itself stores: a generation that ended by itself, one cut at its item's
-# ``max_new_tokens``, and one cut from outside (a pause for a weight sync: no length, no actual).
-FINISHES = ("stop", "length", "abort")
-# An engine's words for a generation that ended by itself, not at the cap: taken as ``stop``, the
-# word kept in ``extra.engine_finish_reason`` (where the worker did not set it), as the push mode does.
-ENDED_BY_ITSELF = ("tool_calls", "function_call", "repetition")
-FAILED = "error"  # vLLM's request-level failure (a KV load failed): no trajectory to report
+from service.sidecar.finish_reasons import FAILED, FINISHES, meaning
+
 _SHOWN = 40  # the longest reason quoted back (printable ASCII only: the answer must render)
 
 ACCEPTED = (
@@ -38,25 +29,20 @@ def reported_finish(value: Any) -> Any:
     """``value`` as the finish the service stores, or a ``ValueError`` naming what it takes: an
     unknown reason stored was no actual, and nobody was told. A non-text value other than SGLang's
     object goes on to the field's own type error; text goes on to its UTF-8 check first."""
+    read = meaning(value)
     if isinstance(value, dict):
-        kind = value.get("type")
-        if isinstance(kind, str) and kind in FINISHES:
-            return kind
+        if read in FINISHES:
+            return read
         raise ValueError(f"an object here is SGLang's finish_reason, whose 'type' is one of {FINISHES}")
     if not isinstance(value, str) or value in FINISHES or not _utf8(value):
         return value  # text UTF-8 cannot carry is refused by the field's own check, in its words
-    if value in ENDED_BY_ITSELF:
-        return "stop"
-    if value == FAILED:
+    if read == FAILED:
         raise ValueError(
             "'error' is a generation that failed, not one that finished: report it with POST /fail"
         )
-    raise ValueError(_unknown(value))
-
-
-def engine_word(value: Any) -> str | None:
-    """The engine's word that ``reported_finish`` reads as ``stop``, kept in the result's ``extra``."""
-    return value if isinstance(value, str) and value in ENDED_BY_ITSELF else None
+    if read is None:
+        raise ValueError(_unknown(value))
+    return read
 
 
 def _utf8(text: str) -> bool:
