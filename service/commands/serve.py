@@ -73,7 +73,8 @@ def serve(
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (env ROLLOUT_LOG_LEVEL).")] = None,
 ) -> None:
-    """Build the settings, check they are safe to serve with, then run until SIGINT/SIGTERM."""
+    """Build the settings, check they are safe to serve with, then run until SIGINT/SIGTERM; the exit
+    is marked begun however it ends (``run``), a crash in the checks included."""
     flags = {
         "host": host,
         "port": port,
@@ -88,13 +89,20 @@ def serve(
         "log_level": log_level,
     }
     given = {k: v for k, v in flags.items() if v is not None}
-    settings = load_settings(given)
-    refusal = (
-        cluster_without_url(settings, given) or unsafe_binding(settings, given) or port_taken(settings, given)
-    )
-    if refusal:
-        _fail(refusal)
-    run(settings)
+    from service.cli import exit_begun
+
+    try:
+        settings = load_settings(given)
+        refusal = (
+            cluster_without_url(settings, given)
+            or unsafe_binding(settings, given)
+            or port_taken(settings, given)
+        )
+        if refusal:
+            _fail(refusal)
+        run(settings)
+    finally:  # refused (2), stopped, failed (3) or crashed (1): a stop signal now must not start it again
+        exit_begun()
 
 
 def load_settings(overrides: dict[str, Any]) -> Settings:
@@ -184,13 +192,27 @@ def _variable(field: str) -> str:
 
 
 def run(settings: Settings) -> None:
-    """Serve ``settings`` with uvicorn, inside an embedded Redis when no URL is configured."""
+    """Serve ``settings`` with uvicorn, inside an embedded Redis when no URL is configured. Its exit is
+    marked begun (``service.cli.exit_begun``) however it ends, from its first step: a crash before the
+    exit guard's ``enable`` (the logging's configure, the open-file limit's raise) went out unmarked,
+    and a stop signal meeting it on its way out raised ``SystemExit(0)`` over it, exit 0 and no
+    traceback for a replica that never served (exit55's leftover, finish56)."""
+    from service.cli import exit_begun
+
+    try:
+        _serve(settings)
+    finally:  # stopped, failed (3) or crashed (1): a stop signal now must not start it again
+        exit_begun()
+
+
+def _serve(settings: Settings) -> None:
+    """``run``'s steps: the settings said, the signals handled, the guard enabled, then uvicorn."""
     import uvicorn
 
     from service import logs
     from service.api import exit_guard
     from service.app import create_app
-    from service.cli import exit_begun, exit_cleanly
+    from service.cli import exit_cleanly
     from service.embedded import EmbeddedServerError, end_all_now
     from service.redis_conn import redis_for
     from service.serving import STARTUP_FAILURE, CountingServer
@@ -228,8 +250,6 @@ def run(settings: Settings) -> None:
                 raise SystemExit(STARTUP_FAILURE)
     except EmbeddedServerError as error:
         _fail(str(error))
-    finally:  # stopped, failed (3) or crashed (1): a stop signal now must not start it again
-        exit_begun()
 
 
 def raise_open_file_limit() -> None:
