@@ -215,6 +215,10 @@ def sidecar(
         _run(options, log_level, (device, model, num_gpus), url_from, owns_process)
     except early_stop.StoppedBeforeRunError as stopped:
         stopped_before_run(worker_id, stopped.signal_name)
+    except Exception:  # a crash before the run's own catch (``_serve``'s): its exit is decided, 1
+        if owns_process:  # a stop landing in its report (the logging's hook) raised exit 0 over it
+            _deaf_to_stop_signals()
+        raise
 
 
 def stopped_before_run(worker_id: str, signal_name: str) -> None:
