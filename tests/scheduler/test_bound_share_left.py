@@ -91,3 +91,14 @@ def test_where_validation_takes_no_time_the_shares_are_of_the_whole_budget(
     slow_stage(monkeypatch, planner, "validate_request", 0.0)
     planner.prepare(REQUEST)
     assert seen == [(0.25 * 0.08, 0.5 * 0.08)]
+
+
+def test_the_floor_is_of_the_time_validation_took_not_of_the_clocks_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``scheduler.clock`` is monotonic, read from an arbitrary origin (a host's uptime): 20 ms of
+    validation on a clock that read 1,000 s at the start give the deadlines they give at 0."""
+    seen = _deadlines_seen(monkeypatch)
+    slow_stage(monkeypatch, planner, "validate_request", 0.02).seconds = 1_000.0
+    planner.prepare(REQUEST)
+    assert seen == [pytest.approx((1_000.0 + 0.02 + 0.25 * 0.06, 1_000.0 + 0.08 - 2.0 * 0.02))]

@@ -10,6 +10,7 @@ SGLang's ``{"type": "stop" | "length" | "abort", ...}`` object. Real Redis, thro
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -175,3 +176,43 @@ def test_an_object_of_another_type_is_refused_and_an_unknown_finish_at_zero_toke
         ]
 
     assert with_api(redis_url, script) == [(422, True, False), (422, True, False), 1]
+
+
+@pytest.mark.parametrize(
+    ("word", "shown"),
+    [
+        ("x" * 40, repr("x" * 40)),  # short enough to quote back
+        ("x" * 41, "this reason"),  # a worker's whole decoded text, not quoted into the answer
+        ("eos\n", "this reason"),  # not printable: the answer's one line stays one line
+        ("fin\u00e9", "this reason"),  # not ASCII
+    ],
+)
+def test_an_unknown_finish_is_quoted_back_only_where_it_is_short_printable_ascii(
+    redis_client: redis.Redis, redis_url: str, word: str, shown: str
+) -> None:
+    publish_one(redis_url, "quoted-finish")
+
+    async def script(client: httpx.AsyncClient) -> Any:
+        body = done_body((await client.get("/next")).json(), 7)
+        return (await client.post("/done", json={**body, "finish_reason": word})).json()["error"]
+
+    assert with_api(redis_url, script) == (
+        f"finish_reason: Value error, {shown} is not a finish reason the service knows: {ACCEPTED}"
+    )
+
+
+def test_a_finish_with_a_lone_surrogate_is_refused_as_text_not_as_an_unknown_reason(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The field's own words, as every text field of a report says them: the reason is the encoding."""
+    publish_one(redis_url, "surrogate-finish")
+
+    async def script(client: httpx.AsyncClient) -> Any:
+        body = done_body((await client.get("/next")).json(), 7)
+        as_json = {"Content-Type": "application/json"}  # json.dumps writes the surrogate as \ud800
+        sent = json.dumps({**body, "finish_reason": "stop\ud800"})
+        return (await client.post("/done", content=sent, headers=as_json)).json()["error"]
+
+    assert with_api(redis_url, script) == (
+        "finish_reason: Value error, a lone UTF-16 surrogate at character 4 is not text"
+    )
