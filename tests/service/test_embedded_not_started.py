@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
 import subprocess
 import threading
 from collections import Counter
@@ -152,6 +153,23 @@ def test_a_wrapper_script_with_its_interpreter_named_starts_the_server(tmp_path:
     wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
     wrapper.chmod(0o755)
     server = EmbeddedServer(binary=str(wrapper)).start()
+    try:
+        assert server.url.startswith("redis://127.0.0.1:")
+    finally:
+        server.stop()
+
+
+def test_a_bare_name_is_the_path_s_program_not_a_text_file_of_that_name_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name without a folder is looked up on PATH by the start's shell: a text file of that name in
+    the working directory is not the one run, so it is not judged (``not_a_program``)."""
+    real = Path(find_server_binary())
+    monkeypatch.setenv("PATH", f"{real.parent}:{os.environ.get('PATH', '')}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / real.name).write_text("not the server\n")
+    (tmp_path / real.name).chmod(0o755)
+    server = EmbeddedServer(binary=real.name).start()
     try:
         assert server.url.startswith("redis://127.0.0.1:")
     finally:

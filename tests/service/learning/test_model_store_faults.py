@@ -158,3 +158,48 @@ def test_models_status_of_a_store_not_made_yet_lists_no_version(
     status = client.get("/models")
     assert status.status_code == 200, status.text
     assert status.json()["stored_versions"] == []
+
+
+def test_a_retrain_whose_version_cannot_be_written_in_a_listable_store_is_a_503_naming_the_store(
+    make_client: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the store lists (its fencing tokens are read first) but the booster's write fails,
+    as LightGBM reports it (``LightGBMError``, an ``OSError`` from the store). It was a 500."""
+    import lightgbm as lgb
+
+    def full_disk(booster: lgb.Booster, path: str, *args: Any, **kwargs: Any) -> None:
+        raise lgb.basic.LightGBMError(f"Cannot write binary data to {path}, wrote 65536 of 149269 bytes")
+
+    client = make_client(model_dir=str(_store(tmp_path)))
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    with monkeypatch.context() as patched:
+        patched.setattr(lgb.Booster, "save_model", full_disk)
+        answer = client.post("/models/retrain")
+    assert answer.status_code == 503, answer.text
+    assert _names_the_store(answer.json(), _store(tmp_path))
+    assert "cannot be written" in answer.json()["detail"]
+    assert client.post("/models/retrain").json()["version"] == "v1"  # nothing was left held
+
+
+def test_a_store_lost_once_the_new_version_serves_leaves_the_old_versions_with_a_warning(
+    make_client: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The prune comes after the swap: the retrain has stored and serves its version, and the next
+    retrain prunes, so a store that cannot be listed then fails nothing."""
+    from predictors.predictor import LengthPredictor
+
+    use_model = LengthPredictor.use_model
+
+    def swapped_then_lost(predictor: LengthPredictor, *args: Any, **kwargs: Any) -> None:
+        use_model(predictor, *args, **kwargs)
+        _lose_the_volume(tmp_path)
+
+    client = make_client(model_dir=str(_store(tmp_path)), actuals_follow_s=0)
+    client.post("/actuals", json={"actuals": actual_history(steps=2)})
+    monkeypatch.setattr(LengthPredictor, "use_model", swapped_then_lost)
+    with caplog.at_level("INFO"):
+        answer = client.post("/models/retrain")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["version"] == "v1"
+    [line] = _lines_at_warning_or_above(caplog)
+    assert line.startswith(f"service.models: model store {_store(tmp_path)}: old versions not pruned"), line
