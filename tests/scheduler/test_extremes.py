@@ -253,3 +253,15 @@ def test_kv_steps_stay_exact_where_prompt_times_length_passes_int64() -> None:
     problem = build_problem(PlanRequest(trajectories, inventory, time_budget_s=0.3))
     assert problem.kv_steps == (prompt * cap + cap * (cap - 1) / 2, 1 * 10 + 10 * 9 / 2)
     assert [u.kv_steps for u in problem.units] == list(problem.kv_steps)
+
+
+def test_kv_steps_past_int64_are_the_one_by_one_floats_to_the_last_bit() -> None:
+    """Past int64 the products are Python's exact ints, then one float addition, as the int64 path and
+    every one-by-one sum round it: here the exact sum rounded once is one unit in the last place off."""
+    giant = Worker("w0", dataclasses.replace(device_profile("H100"), memory_gib=1e5), num_gpus=64)
+    inventory = Inventory((giant,), model_preset("1.5b"))
+    prompt, cap = 17_980_415_036, 2_137_680_573
+    assert prompt * cap + cap * (cap - 1) / 2 != float(prompt * cap + cap * (cap - 1) // 2)
+    trajectories = (Trajectory("p0", 0, prompt, cap, float(cap)),)
+    problem = build_problem(PlanRequest(trajectories, inventory, time_budget_s=0.3))
+    assert problem.kv_steps == (prompt * cap + cap * (cap - 1) / 2,)

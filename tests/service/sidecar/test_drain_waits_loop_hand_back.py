@@ -31,14 +31,16 @@ from tests.service.sidecar.procs import item, publish
 WAIT_S = 60.0  # a bound against never, for a loaded host
 
 
+@pytest.mark.parametrize("drain_s", [1.0, 3_600.0])
 def test_a_hand_back_the_engine_watch_has_under_way_at_the_stop_lands_before_the_exit(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, drain_s: float
 ) -> None:
+    """Within a drain's time of an hour too: the exit follows the hand-back's end, not the drain's."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "stalled", {"w0": [item("p", 0, 10)]}, lease_ttl_ms=60_000)
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w0", steal=False))
     engine = EngineClient.open(EngineOptions("http://127.0.0.1:9"))  # refused: the main loop claims nothing
-    sidecar = Sidecar(session, engine, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=1.0))
+    sidecar = Sidecar(session, engine, RunnerSettings(idle_poll_s=0.02, drain_timeout_s=drain_s))
     sending, drained = threading.Event(), threading.Event()
     release = delivery.release
 
