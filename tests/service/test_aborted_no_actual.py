@@ -21,6 +21,7 @@ import redis
 import typer
 from fastapi.testclient import TestClient
 
+from predictors.tracetable import FINISH_NAMES
 from scheduler.trace import NO_LENGTH, TraceFormatError
 from service.api.progress_schemas import ResultEntry
 from service.client.actuals import actual_from_result
@@ -105,3 +106,12 @@ def test_an_aborted_result_stored_at_any_count_makes_no_actual(tokens: int) -> N
         }
     )
     assert actual_from_result(0, entry, {}, {}) is None
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_finish_reason_padded_with_spaces_is_the_reason_it_names(tmp_path: Path, suffix: str) -> None:
+    """A cell written `` length`` (a csv written with a space after each comma) is ``length``: the
+    trace format's cells are read without their padding, the finish reason's too."""
+    path = _rows(tmp_path / f"runs{suffix}", [[0, "a", 0, 10, 120, " length "], [0, "a", 1, 10, 57, " stop"]])
+    imported = import_generic(path, suffix[1:], parse_mapping([*MAPPED, "finish_reason=why"]))
+    assert [FINISH_NAMES[code] for code in imported.trace.finish_reason] == ["length", "stop"]
