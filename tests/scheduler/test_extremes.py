@@ -265,3 +265,16 @@ def test_kv_steps_past_int64_are_the_one_by_one_floats_to_the_last_bit() -> None
     trajectories = (Trajectory("p0", 0, prompt, cap, float(cap)),)
     problem = build_problem(PlanRequest(trajectories, inventory, time_budget_s=0.3))
     assert problem.kv_steps == (prompt * cap + cap * (cap - 1) / 2,)
+
+
+def test_a_trajectory_goes_only_to_a_worker_whose_cache_holds_its_prompt_and_its_cap() -> None:
+    """A worker must keep a sequence it admits until its cap, prompt included: the small worker's
+    cache holds the cap alone but not with the prompt, so only the big one may take the trajectory."""
+    small = Worker("small", dataclasses.replace(device_profile("H100"), memory_gib=20.0), num_gpus=1)
+    big = Worker("big", device_profile("H100"), num_gpus=1)
+    inventory = Inventory((small, big), model_preset("1.5b"))
+    room = worker_cost(small, inventory.model).kv_capacity_tokens
+    assert room < worker_cost(big, inventory.model).kv_capacity_tokens
+    trajectory = Trajectory("p0", 0, room // 2 + 1, room // 2 + 1, 100.0)
+    problem = build_problem(PlanRequest((trajectory,), inventory, time_budget_s=0.3))
+    assert [unit.allowed for unit in problem.units] == [(1,)]
