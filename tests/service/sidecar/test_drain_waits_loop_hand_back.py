@@ -25,7 +25,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.push_drain import drain
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
@@ -58,7 +58,9 @@ def test_a_hand_back_the_engine_watch_has_under_way_at_the_stop_lands_before_the
     monkeypatch.setattr(runner, "drain", drain_then_say_so)
 
     async def watch_hands_back() -> None:  # the stall's hand-back, then the loop lives on
-        await session.hand_back(session.holdings.all(), RELEASE_GRACE_S)
+        # the stall's own grace (RELEASE_GRACE_S, 2 s) would run out on a loaded host before the stop
+        # reached the drain: the release is held until the drain returns, so the bound is WAIT_S
+        await session.hand_back(session.holdings.all(), WAIT_S)
         await asyncio.get_running_loop().create_future()
 
     async def stopped_during_the_hand_back() -> None:
