@@ -124,7 +124,8 @@ class Opening(NamedTuple):
     deadline: float  # the policy's start on ``scheduler.clock`` plus ``request.time_budget_s``
     spread: Spread | None  # the request's quantiles (``robust.spreads``); None: point predictions only
     phase_s: float  # what ``lpt_start`` took: the unit the later phases price their fixed costs in
-    waves: int  # trajectories the lpt start left in waves (with quantiles): ``robust_order.judge_item_s``
+    waves: int  # trajectories the lpt start left in waves (with quantiles): ``robust_order.judge_item_s``;
+    # 0 where the lpt start ended past the deadline, where every hedge returns before pricing
     blind: Blind | None  # the better length-blind plan, for the bar at the end (``blindbar.barred``);
     # None with quantiles, where the bar builds them (``bar_plans``)
     assignment: list[list[int]]  # units per worker of ``placement``
@@ -148,7 +149,9 @@ def opening(request: PlanRequest, problem: Problem | None, status: str) -> Openi
     with stage("lpt start"):
         start = lpt_start(problem, request.kv_admission, deadline, spread is None)
     phase = clock.now() - started
-    waves = trajectories_in_waves(problem, start[1], request.kv_admission) if spread is not None else 0
+    waves = 0  # past the deadline no hedge prices a plan (``robust_orders``): its count, 1-2.4 ms, unread
+    if spread is not None and clock.now() < deadline:
+        waves = trajectories_in_waves(problem, start[1], request.kv_admission)
     blind = None
     if spread is None:  # with quantiles they are only the bar's: built there (``bar_plans``)
         with stage("blind plans"):

@@ -2,10 +2,13 @@
 hedge asks it of lpt's plan and the at-once hedge asks it of the same queues next, 1.5-2.5 ms each at
 4,096 x 32 before a judgment the service's 80 ms default had no time for (docs/experiments.md,
 budget50). Kept, it is the verdict ``ends_at_once`` gives each queue.
+Past the deadline no hedge reads it, and the lpt start's count of its trajectories in waves, which
+asks it, is not made (1-2.4 ms at 1,024 x 16 to 4,096 x 32; docs/experiments.md, quant56).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -87,3 +90,18 @@ def test_one_queue_in_waves_is_enough_for_the_plan_not_to_run_at_once() -> None:
     queues = [list(range(n - 3)), [n - 3], [n - 2], [n - 1]]  # one long chain alone on each of three
     assert problem.runs_at_once(queues, True) == (False, True, True, True)
     assert not robust_fast._runs_at_once(problem, queues, True)
+
+
+def test_an_lpt_start_past_its_deadline_leaves_its_queues_in_waves_uncounted() -> None:
+    request = _request(long_cot=True)  # lpt's queues run in waves: the count is not 0
+    spread = spreads(request.trajectories)
+    late = dataclasses.replace(request, time_budget_s=0.0)  # on the frozen clock: passed at the start
+    problem = build_problem(late)
+    with clock.frozen():
+        counted = lpt.opening(request, build_problem(request), "HEURISTIC").waves  # the deadline ahead
+        opened = lpt.opening(late, problem, "HEURISTIC")
+        plan, end, phase_s = opened.placement, opened.deadline, opened.phase_s
+        hedged = [robust_order.hedged(problem, late, plan, spread, end, phase_s, n) for n in (0, counted)]
+    assert counted > 0
+    assert opened.waves == 0  # not counted past the deadline: only a hedge before it reads the count
+    assert hedged[0] is hedged[1] is opened.placement  # past it no hedge prices a plan, counted or not
