@@ -234,9 +234,11 @@ def _marked(placement: Placement, verdict: str) -> Placement:
 
 
 def _within_slots(problem: Problem) -> bool:
-    """Whether the pool has a slot for every trajectory: without one, some queue runs in waves."""
+    """Whether the pool has a slot for every trajectory: without one, some queue runs in waves.
+    Counted as the batch's trajectories, which its units partition: summing the units' members took
+    0.2 ms at 4,096 x 32, once or more in every plan with quantiles, past its deadline too."""
     slots = sum(problem.costs[w].max_num_seqs for w in problem.active)
-    return sum(len(u.members) for u in problem.units) <= slots
+    return len(problem.steps) <= slots
 
 
 def _runs_at_once(problem: Problem, queues: Sequence[Sequence[int]], reserve: bool) -> bool:
