@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from scheduler.errors import InvalidInputError
 
@@ -141,6 +142,40 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
     return value
 
 
+# The largest integer a float holds exactly with every smaller one: past it a float id may be another
+# integer's, rounded (two prompts under one id), and no reader can tell which it was.
+FLOAT_ID_EXACT = 2**53
+
+
+def id_cell(raw: object) -> str:
+    """A prompt id as every trace file reads it: one prompt, one id, whatever its file's type for it.
+
+    Text is the id as written (stripped): a csv cell is always text, so ``007`` and ``1.0`` there are
+    those ids. A number (jsonl, a parquet column) is an integer's id, read as the integer's digits:
+    ``1``, ``1.0``, ``1e0`` and a decimal ``1.0`` are all ``'1'``. A float id column (pandas makes one
+    of an int column holding a null, or after a merge) read ``'1.0'`` where jsonl's ``1`` read ``'1'``:
+    the same prompt under two ids across steps, and its history split (ids56). A ``ValueError`` for
+    what is no id: a boolean (a flag column), NaN (pandas' missing value), an infinite or non-integral
+    number (``1.5``: a column of reals mapped as the id, almost surely), and a float past 2**53, which
+    may be another integer rounded."""
+    if isinstance(raw, bool):
+        raise ValueError("expected text or a number, got a boolean")
+    if isinstance(raw, int):
+        return str(raw)
+    if isinstance(raw, (float, Decimal)):
+        if raw != raw:  # NaN (float or decimal)
+            raise ValueError("required value is missing (NaN: a missing value, as pandas writes one)")
+        if not math.isfinite(raw):
+            raise ValueError("an infinite number is no id")
+        if raw != int(raw):
+            raise ValueError("a number as an id must be an integer (a column of reals taken for the ids?)")
+        if isinstance(raw, float) and abs(raw) > FLOAT_ID_EXACT:
+            reason = "a float id past 2**53 may be another integer rounded: write the ids as integers or text"
+            raise ValueError(reason)
+        return str(int(raw))
+    return str(raw).strip()
+
+
 def _plain_number(raw: object) -> str:
     """A number cell's text, refused (``ValueError``) when it holds what only Python reads as a
     number: ``int``/``float`` take ``1_0`` as 10 and Arabic-Indic ``\\u0665`` as 5."""
@@ -177,10 +212,12 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     for column in REQUIRED_COLUMNS:
         if column not in cells or _empty(cells[column]):
             raise TraceFormatError(source, line, column, cells.get(column), "required value is missing")
-    if isinstance(cells["prompt_id"], bool):  # a flag column mapped or written as the id: no id at all
-        raise TraceFormatError(
-            source, line, "prompt_id", cells["prompt_id"], "expected text or a number, got a boolean"
-        )
+    try:
+        prompt_id = id_cell(cells["prompt_id"])
+    except ValueError as exc:
+        raw_id = cells["prompt_id"]  # a decimal shown as its number, not as ``Decimal('1.5')``
+        shown = float(raw_id) if isinstance(raw_id, Decimal) else raw_id
+        raise TraceFormatError(source, line, "prompt_id", shown, str(exc)) from None
     finish = cells.get("finish_reason")
     finish_reason = None if _empty(finish) else str(finish).strip()
     if not says_length(finish_reason):  # before the counts: an abort's 0 is no miscount, it is no actual
@@ -211,7 +248,7 @@ def parse_row(cells: Mapping[str, object], source: str, line: int) -> TraceRow:
     extras = {k: v for k, v in cells.items() if k not in known and not _empty(v)}
     return TraceRow(
         step=step,
-        prompt_id=str(cells["prompt_id"]).strip(),
+        prompt_id=prompt_id,
         sample_idx=sample_idx,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
