@@ -50,3 +50,17 @@ def serve_child(source: str, args: list[str], tmp_path: Path) -> subprocess.Pope
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def signalled_after(child: subprocess.Popen[str], said: str, sig: int, wait_s: float) -> tuple[str, str]:
+    """The child's stdout and stderr once it has said ``said`` (a line its source prints where it holds),
+    been sent ``sig`` there (its own pid only) and let go on (``go`` on its stdin): a stop signal met at
+    one chosen step. The child is killed and reaped whatever happens, so a test's failure leaves none."""
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == said, child.communicate(timeout=wait_s)[1][-2000:]
+        child.send_signal(sig)
+        return child.communicate("go\n", timeout=wait_s)
+    finally:
+        child.kill()
+        child.wait()

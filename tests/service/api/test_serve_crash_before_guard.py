@@ -18,18 +18,15 @@ first), so the signal meets the crash on its way out whatever the host's load.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from service.cli import UNSIGNALLED_EXIT_LOG
+from tests.service.api.serve_child import serve_child, signalled_after
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 120.0  # a bound against never, for a loaded host
 CHILD = """
 import functools
@@ -67,25 +64,8 @@ main()
 def test_a_stop_signal_meeting_a_crash_before_the_guard_leaves_its_status_and_traceback(
     where: str, sig: signal.Signals, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), ROLLOUT_MODEL_DIR=str(tmp_path / "models"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, where],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "unwinding\n", child.communicate(timeout=WAIT_S)[1][-2000:]
-        child.send_signal(sig)  # the child's own pid only
-        _, err = child.communicate("go\n", timeout=WAIT_S)
-    finally:
-        child.kill()
-        child.wait()
+    child = serve_child(CHILD, [where], tmp_path)
+    _, err = signalled_after(child, "unwinding\n", sig, WAIT_S)
     assert child.returncode == 1, err[-2000:]
     assert "RuntimeError: planted crash" in err, err[-2000:]
     assert [UNSIGNALLED_EXIT_LOG in line for line in err.splitlines()].count(True) == 1, err[-2000:]

@@ -17,16 +17,14 @@ before the run.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.service.api.serve_child import serve_child, signalled_after
+
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[3]
 WAIT_S = 120.0  # a bound against never, for a loaded host
 CHILD = """
 import sys
@@ -59,27 +57,10 @@ main()
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_a_stop_signal_meeting_a_crash_before_the_run_leaves_its_status_and_its_report(
-    sig: signal.Signals,
+    sig: signal.Signals, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("ROLLOUT_")}
-    env.update(PYTHONPATH=str(ROOT))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "reporting\n", child.communicate(timeout=WAIT_S)[1][-2000:]
-        child.send_signal(sig)  # the child's own pid only
-        out, err = child.communicate("go\n", timeout=WAIT_S)
-    finally:
-        child.kill()
-        child.wait()
+    child = serve_child(CHILD, [], tmp_path)
+    out, err = signalled_after(child, "reporting\n", sig, WAIT_S)
     assert child.returncode == 1, err[-2000:]
     assert "uncaught RuntimeError: planted crash" in err, err[-2000:]
     assert "before the run started: stopped" not in err, err[-2000:]  # not taken for an early stop
