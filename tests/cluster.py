@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 from service.delivery import keys
 from service.embedded import EmbeddedServer, EmbeddedServerError, find_server_binary
-from service.ports import free_port
+from tests.service.held_port import held_port
 
 MASTERS = 3  # the smallest cluster that Redis accepts without replicas
 SLOTS = 16384  # hash slots in every Redis Cluster
@@ -58,14 +58,24 @@ def _cluster_args(bus_port: int) -> tuple[str, ...]:
 
 def one_node_cluster(port: int, password: str | None = None) -> EmbeddedServer:
     """A cluster of one master on ``port`` holding every slot (``valkey-cli --cluster create`` wants
-    three): for a cluster that comes up at a port a client was already pointed at."""
-    node = EmbeddedServer(port=port, extra_args=_cluster_args(free_port())).start()
+    three): for a cluster that comes up at a port a client was already pointed at. Its bus port is
+    held (``held_port``) until the node listens there: picked free and left unbound until the node
+    bound it, another worker's pick could take it in between and the node fail to start."""
+    with held_port() as bus_port:
+        node = EmbeddedServer(port=port, extra_args=_cluster_args(bus_port)).start()
     with redis.Redis(port=port, decode_responses=True) as client:
         client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
         _until_state_ok(client)
         if password:
             client.config_set("requirepass", password)
     return node
+
+
+def cluster_node() -> EmbeddedServer:
+    """A started cluster-mode server in no cluster yet (a master to join, a replica to attach), its
+    port and bus port held (``held_port``) until it listens on them, as ``one_node_cluster``'s bus."""
+    with held_port() as port, held_port() as bus_port:
+        return EmbeddedServer(port=port, extra_args=_cluster_args(bus_port)).start()
 
 
 def _until_state_ok(client: redis.Redis, timeout_s: float = 20.0) -> None:
@@ -99,8 +109,7 @@ class LocalCluster:
     def start(self, timeout_s: float = 20.0) -> LocalCluster:
         """Start the servers, join them into one cluster and wait until every node reports it healthy."""
         for _ in range(self.masters):
-            node = EmbeddedServer(port=free_port(), extra_args=_cluster_args(free_port()))
-            self.nodes.append(node.start())
+            self.nodes.append(cluster_node())
         self._create()
         self._wait_ok(timeout_s)
         return self

@@ -16,9 +16,8 @@ from service.delivery import Delivery, keys
 from service.delivery.errors import REDIS_FAILED
 from service.delivery.retries import short_retry
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from service.sidecar.launch import SidecarOptions, connect
-from tests.cluster import LocalCluster, _cluster_args
+from tests.cluster import LocalCluster, cluster_node
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +63,7 @@ def test_a_cluster_client_retries_as_the_services_does(
 def replicated() -> Iterator[tuple[LocalCluster, EmbeddedServer]]:
     """A 3-master cluster whose last master has a replica in sync; (the cluster, the replica)."""
     with LocalCluster() as cluster:
-        replica = EmbeddedServer(port=free_port(), extra_args=_cluster_args(free_port())).start()
+        replica = cluster_node()
         try:
             _follow(replica, cluster.nodes[-1])
             yield cluster, replica
