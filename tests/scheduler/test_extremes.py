@@ -255,6 +255,19 @@ def test_kv_steps_stay_exact_where_prompt_times_length_passes_int64() -> None:
     assert [u.kv_steps for u in problem.units] == list(problem.kv_steps)
 
 
+def test_kv_steps_stay_exact_where_only_prompt_times_length_lies_between_2_63_and_2_64() -> None:
+    """The int64 path is taken only where no product can reach 2**63, not 2**64: a prompt of 5e9
+    tokens with a 2**31 - 1 cap (``p*L`` ~1.07e19, between the two) would wrap there to a negative
+    KV load. The planner's validation accepts it on the 64-GPU worker of 1e5 GiB each."""
+    giant = Worker("w0", dataclasses.replace(device_profile("H100"), memory_gib=1e5), num_gpus=64)
+    inventory = Inventory((giant,), model_preset("1.5b"))
+    prompt, cap = 5_000_000_000, 2**31 - 1
+    assert 2**63 <= prompt * cap < 2**64
+    trajectories = (Trajectory("p0", 0, prompt, cap, float(cap)),)
+    problem = build_problem(PlanRequest(trajectories, inventory, time_budget_s=0.3))
+    assert problem.kv_steps == (prompt * cap + cap * (cap - 1) / 2,)
+
+
 def test_kv_steps_past_int64_are_the_one_by_one_floats_to_the_last_bit() -> None:
     """Past int64 the products are Python's exact ints, then one float addition, as the int64 path and
     every one-by-one sum round it: here the exact sum rounded once is one unit in the last place off."""
