@@ -136,3 +136,14 @@ def test_a_cap_the_output_reached_exactly_is_kept_as_the_lower_bound_it_makes() 
     report = actual_from_result(1, _entry(finish_reason="length", extra=extra), {}, {})
     assert report is not None
     assert report.max_new_tokens == 5
+
+
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_a_one_token_result_is_an_actual_and_a_result_of_none_says_no_length(finish: str) -> None:
+    """A generation is at least the token it ended on: one token (its EOS, or a cap of 1) is a length
+    the predictor learns from; a result of 0 tokens (stored before every entry refused it) is none."""
+    extra = {"prompt_tokens": 100, "max_new_tokens": 1}
+    report = actual_from_result(1, _entry(output_tokens=1, finish_reason=finish, extra=extra), {}, {})
+    assert report is not None
+    assert (report.output_tokens, report.finish_reason) == (1, finish)
+    assert actual_from_result(1, _entry(output_tokens=0, finish_reason=finish, extra=extra), {}, {}) is None
