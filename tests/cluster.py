@@ -56,14 +56,16 @@ def _cluster_args(bus_port: int) -> tuple[str, ...]:
     )
 
 
-def one_node_cluster(port: int, password: str | None = None) -> EmbeddedServer:
+def one_node_cluster(port: int | None = None, password: str | None = None) -> EmbeddedServer:
     """A cluster of one master on ``port`` holding every slot (``valkey-cli --cluster create`` wants
-    three): for a cluster that comes up at a port a client was already pointed at. Its bus port is
-    held (``held_port``) until the node listens there: picked free and left unbound until the node
-    bound it, another worker's pick could take it in between and the node fail to start."""
-    with held_port() as bus_port:
-        node = EmbeddedServer(port=port, extra_args=_cluster_args(bus_port)).start()
-    with redis.Redis(port=port, decode_responses=True) as client:
+    three): for a cluster that comes up at a port a client was already pointed at, or (no ``port``)
+    at one of its own. Its bus port, and a port of its own, are held (``held_port``) until the node
+    listens there: picked free and left unbound until the node bound it, another worker's pick could
+    take it in between and the node fail to start."""
+    given_or_held = contextlib.nullcontext(port) if port else held_port()
+    with held_port() as bus_port, given_or_held as client_port:
+        node = EmbeddedServer(port=client_port, extra_args=_cluster_args(bus_port)).start()
+    with redis.Redis(port=node.port, decode_responses=True) as client:
         client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
         _until_state_ok(client)
         if password:

@@ -24,7 +24,6 @@ import redis
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from service.redis_conn import VersionCheck
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
@@ -276,7 +275,7 @@ def test_a_pull_sidecar_sigtermed_while_redis_is_paused_exits_within_the_drain_t
 
     Timed to the counters line as the push test in test_process_faults: what follows it is the
     interpreter's teardown."""
-    server = one_node_cluster(free_port()) if on_cluster else EmbeddedServer().start()
+    server = one_node_cluster() if on_cluster else EmbeddedServer().start()
     try:
         delivery = Delivery.from_url(server.url, cluster=on_cluster)
         with cluster(tmp_path) as procs:

@@ -21,7 +21,6 @@ from service.delivery.hangable import HungUpError, hangable, hangable_cluster
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from service.sidecar.hang_up import hang_up
 from tests.cluster import one_node_cluster
 from tests.service.api.test_redis_tls import TlsTerminator
@@ -36,7 +35,7 @@ def over_tls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deliver
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
     cluster = request.param == "cluster"
-    server = one_node_cluster(free_port()) if cluster else EmbeddedServer().start()
+    server = one_node_cluster() if cluster else EmbeddedServer().start()
     terminator = TlsTerminator(server.port, context)
     if cluster:  # the slot map names the TLS endpoint, which the node clients then reach
         with redis.Redis(port=server.port) as admin:

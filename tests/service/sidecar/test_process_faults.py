@@ -18,7 +18,6 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
-from service.ports import free_port
 from tests.cluster import one_node_cluster
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
@@ -154,7 +153,7 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
     inside the 1 s drain, their completions then left to lapse unanswered (lost, no "could not release"
     line: a fresh-clone CI run at load ~14). At 0.2 they take ~25 s. Either way each lease ends
     ``lost``, the counter docs/sidecar.md promises for what Redis never answered: that is asserted."""
-    server = one_node_cluster(free_port()) if on_cluster else EmbeddedServer().start()
+    server = one_node_cluster() if on_cluster else EmbeddedServer().start()
     try:
         delivery = Delivery.from_url(server.url, cluster=on_cluster)
         with cluster(tmp_path) as procs:
