@@ -1,16 +1,23 @@
 """The pull API served in-process to a test's script, a schedule of one item for it, and the report
-body of a pulled lease."""
+body of a pulled lease.
+
+Every pull test plays the worker through ``serving`` (or ``with_api``/``serve``, which run a script
+in it): a client of ``create_pull_app`` over ASGI, no socket, so the test states what the worker
+does and sees, not how the app is reached."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from service.delivery.protocol import Delivery
+from service.sidecar.connecting import Connecting
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
@@ -26,6 +33,31 @@ def session_of(redis_url: str, slots: int = 4, worker: str = "w0") -> WorkerSess
     return WorkerSession(Delivery.from_url(redis_url), Holdings(slots), SessionSettings(worker))
 
 
+def asgi_client(app: FastAPI, **client_options: Any) -> httpx.AsyncClient:
+    """A client of ``app`` in this process, over ASGI: no socket, and no lifespan unless the caller
+    enters ``app.router.lifespan_context``. Addressed to ``localhost``, as the pull API answers only a
+    loopback ``Host`` (its DNS rebinding guard). Enter it (``async with``) to open it."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost", **client_options
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    session: WorkerSession | Connecting, *, lifespan: bool = False, **app_options: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, PullState]]:
+    """A worker's client of ``create_pull_app(session, **app_options)`` and the app's ``PullState``.
+    Without ``lifespan`` no takeover nor heartbeat runs but those the test calls (``state.beat()``);
+    with it they run as ``run_pull`` serves the app, and its shutdown (the hand-back) runs after the
+    client is closed, as the block ends."""
+    app = create_pull_app(session, **app_options)
+    async with contextlib.AsyncExitStack() as stack:
+        if lifespan:
+            await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(asgi_client(app))
+        yield client, app.state.pull
+
+
 def with_api(
     redis_url: str,
     script: Script,
@@ -38,10 +70,7 @@ def with_api(
     session = session or session_of(redis_url, slots, worker)
 
     async def run() -> Any:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             return await script(client)
 
     return asyncio.run(run())
@@ -52,10 +81,8 @@ def serve(session: WorkerSession, script: StateScript, **app_options: Any) -> An
     over ASGI with no lifespan: no heartbeat runs but those the script calls (``state.beat()``)."""
 
     async def run() -> Any:
-        app = create_pull_app(session, **app_options)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return await script(client, app.state.pull)
+        async with serving(session, **app_options) as (client, state):
+            return await script(client, state)
 
     return asyncio.run(run())
 

@@ -13,17 +13,15 @@ import asyncio
 import threading
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import report_body, serving
 
 
 class _SlowFailure(Delivery):
@@ -67,12 +65,10 @@ def test_a_worker_report_of_an_item_a_cancelled_beat_dropped_and_never_reported_
     delivery, session, clock = _two_items_held(redis_url, gated=1)
 
     async def run() -> int:
-        app = create_pull_app(session, hold_timeout_s=100.0)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=100.0) as (client, state):
             leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in range(2)]
             clock[0] = 101.0  # past the bound: the beat drops both, then reports them failed
-            beat = asyncio.create_task(app.state.pull.beat())
+            beat = asyncio.create_task(state.beat())
             await asyncio.to_thread(delivery.reached.wait, 60)
             beat.cancel()  # a shutdown
             delivery.go.set()
@@ -93,12 +89,10 @@ def test_a_worker_report_of_a_dropped_item_waits_for_its_own_failure_report_not_
     delivery, session, clock = _two_items_held(redis_url, gated=2)
 
     async def run() -> int:
-        app = create_pull_app(session, hold_timeout_s=100.0)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=100.0) as (client, state):
             leases: list[dict[str, Any]] = [(await client.get("/next")).json() for _ in range(2)]
             clock[0] = 101.0
-            beat = asyncio.create_task(app.state.pull.beat())
+            beat = asyncio.create_task(state.beat())
             await asyncio.to_thread(delivery.reached.wait, 60)  # the second one's, the first answered
             [lease] = [lease for lease in leases if lease["key"] in delivery.failed]
             try:
@@ -123,12 +117,10 @@ def test_a_beat_cancelled_before_it_reported_what_it_dropped_holds_each_again_wi
     delivery, session, clock = _two_items_held(redis_url, gated=1)
 
     async def run() -> None:
-        app = create_pull_app(session, hold_timeout_s=100.0)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=100.0) as (client, state):
             assert [(await client.get("/next")).status_code for _ in range(2)] == [200, 200]
             clock[0] = 101.0
-            beat = asyncio.create_task(app.state.pull.beat())
+            beat = asyncio.create_task(state.beat())
             await asyncio.to_thread(delivery.reached.wait, 60)
             beat.cancel()  # a shutdown
             delivery.go.set()

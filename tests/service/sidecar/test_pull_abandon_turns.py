@@ -27,10 +27,9 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.pullclient import report_body, serving, until
 
 COUNTERS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 WAITS = "waits for the report in flight"  # report_turns.py's DEBUG line
@@ -112,10 +111,7 @@ def test_a_report_of_an_item_past_its_hold_bound_and_the_bounds_failure_report_c
     session = WorkerSession(delivery, Holdings(1, clock=lambda: clock[0]), SessionSettings("w0"))
 
     async def run() -> tuple[int, str]:
-        app = create_pull_app(session, hold_timeout_s=100.0)
-        state = app.state.pull
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=100.0) as (client, state):
             lease = (await client.get("/next")).json()
             clock[0] = 101.0  # past the bound
 

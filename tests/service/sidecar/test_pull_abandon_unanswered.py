@@ -21,11 +21,10 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import report_body, serve, serving
 from tests.service.sidecar.unanswered import one_slot_session
 
 COUNTERS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -65,13 +64,7 @@ def _abandoned_unanswered(
         held = (await client.get("/leases")).json()
         return [listed, answer, held["held"], [one["key"] for one in held["lost"]], len(session.holdings)]
 
-    async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return await script(client, app.state.pull)
-
-    return asyncio.run(run()), session
+    return serve(session, script, hold_timeout_s=BOUND_S), session
 
 
 # (the failure landed, what came next): the worker's answer, and the lease's one end
@@ -119,13 +112,11 @@ def test_a_lease_whose_failure_report_is_sent_again_is_counted_held_nowhere_the_
     delivery, clock, session = one_slot_session(redis_url, lands=False)
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=BOUND_S) as (client, state):
             await client.get("/next")
             clock[0] = BOUND_S + 1
             delivery.out.set()
-            await app.state.pull.beat()
+            await state.beat()
             health = (await client.get("/health")).json()
             gauges = [
                 line.split()[-1]

@@ -13,10 +13,9 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
-from tests.service.sidecar.pullclient import done_body, publish_one, with_api
+from tests.service.sidecar.pullclient import done_body, publish_one, serving, with_api
 
 
 def test_a_worker_pulls_items_in_plan_order_and_reports_them_once(
@@ -263,11 +262,8 @@ def test_shutdown_hands_back_the_leases_of_live_schedules_when_one_has_expired(
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
     async def run() -> None:
-        app = create_pull_app(session)
-        async with app.router.lifespan_context(app):  # shutdown runs when the block ends
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-                await script(client)
+        async with serving(session, lifespan=True) as (client, _):  # shutdown runs when the block ends
+            await script(client)
 
     asyncio.run(run())
     assert delivery.progress("live").queued == 1
@@ -281,10 +277,7 @@ def test_a_long_poll_claims_nothing_once_the_server_is_stopping(
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
     async def run() -> int:
-        app = create_pull_app(session, stopping=lambda: True)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session, stopping=lambda: True) as (client, _):
             return (await client.get("/next", params={"wait_s": 1})).status_code
 
     assert asyncio.run(run()) == 204

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from redis.exceptions import SlotNotCoveredError
 
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serving
 
 
 def test_a_claim_the_cluster_client_cannot_route_is_a_503_with_retry_after(
@@ -35,8 +34,7 @@ def test_a_claim_the_cluster_client_cannot_route_is_a_503_with_retry_after(
     monkeypatch.setattr(Delivery, "claim", uncovered)
 
     async def run() -> list[Any]:
-        transport = httpx.ASGITransport(app=create_pull_app(session))
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session) as (client, _):
             answer = await client.get("/next")
         return [answer.status_code, answer.headers.get("Retry-After"), answer.json()["error"].split(":")[0]]
 

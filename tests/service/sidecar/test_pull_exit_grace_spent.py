@@ -16,8 +16,6 @@ import asyncio
 import signal
 import time
 
-import httpx
-
 from service.delivery.hangable import hangable
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
@@ -26,6 +24,7 @@ from service.sidecar.hurry import Hurry
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import asgi_client
 
 SOCKET_TIMEOUT_S = 5.0  # the sidecar's client's (``launch._client_args``): what an unbounded call waits
 
@@ -42,8 +41,7 @@ def test_a_pull_exit_whose_grace_is_spent_before_redis_stalls_waits_on_no_redis_
 
     async def held_then_stalled_past_the_grace() -> int:
         async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+            async with asgi_client(app) as worker:
                 while (status := (await worker.get("/next", params={"wait_s": 1})).status_code) == 204:
                     pass  # the takeover first
             stopping[0] = True

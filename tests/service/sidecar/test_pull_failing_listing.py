@@ -5,7 +5,6 @@ every beat that sends its report again."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import httpx
@@ -13,9 +12,9 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serve
 from tests.service.sidecar.unanswered import one_slot_session
 
 BOUND_S = 100.0
@@ -38,14 +37,8 @@ def test_a_lease_whose_failure_report_is_sent_again_is_not_listed_held_and_warne
         await state.beat()  # answered: failed, requeued
         return [listed["held"], [one["key"] for one in listed["lost"]], session.stats.failed]
 
-    async def run() -> list[object]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            return await script(client, app.state.pull)
-
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        seen = asyncio.run(run())
+        seen = serve(session, script, hold_timeout_s=BOUND_S)
     assert seen == [[], ["a#0"], 1]
     unreported = [r for r in caplog.records if "unreported: reporting it failed" in r.getMessage()]
     assert len(unreported) == 1

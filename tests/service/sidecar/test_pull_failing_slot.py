@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.protocol import Delivery
-from service.sidecar.pull_api import create_pull_app
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.pullclient import report_body, serving
 from tests.service.sidecar.unanswered import one_slot_session
 
 BOUND_S = 100.0
@@ -39,10 +37,7 @@ def test_a_failing_lease_frees_its_slot_and_is_not_counted_in_flight(
     delivery, clock, session = one_slot_session(redis_url, lands=False)
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        state = app.state.pull
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session, hold_timeout_s=BOUND_S) as (client, state):
             first = (await client.get("/next")).json()
             clock[0] = BOUND_S + 1
             delivery.out.set()

@@ -27,7 +27,7 @@ from tests.service.api.badinput import redis_snapshot
 from tests.service.fuzz_runs import runs
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pull_mutations import Refusal, refusals
-from tests.service.sidecar.pullclient import report_body, session_of
+from tests.service.sidecar.pullclient import asgi_client, report_body, session_of
 
 OUTCOMES = ("stale", "unknown_schedule")  # a lease not held: the answer's outcome, not an error field
 
@@ -39,8 +39,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        transport = httpx.ASGITransport(app=create_pull_app(session))
-        self.client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
+        self.client = asgi_client(create_pull_app(session))
 
     def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request, answered."""

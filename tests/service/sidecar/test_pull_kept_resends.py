@@ -12,7 +12,6 @@ rate (KV admission, the hold bound) that an answered ``/done`` records.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import httpx
@@ -24,11 +23,10 @@ from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import StateScript, report_body, serve
+from tests.service.sidecar.pullclient import StateScript, report_body, serve, serving
 from tests.service.sidecar.unanswered import UnansweredCompletions
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -159,17 +157,13 @@ def _handed_back(redis_url: str, lands: bool, how: str) -> tuple[list[Any], Work
     delivery, session, clock = _unanswered_done(redis_url, lands)
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=BOUND_S)
-        async with contextlib.AsyncExitStack() as stack:
-            if how == "shutdown":  # its hand-back runs as the block ends
-                await stack.enter_async_context(app.router.lifespan_context(app))
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-                while (await client.get("/ready")).status_code != 200:  # the takeover done
-                    await asyncio.sleep(0.01)
-                await _done_unanswered(client, delivery, clock)
-                if how == "reset":
-                    return [(await client.post("/reset")).json()]
+        # with the lifespan (the shutdown), its hand-back runs as the block ends
+        async with serving(session, lifespan=how == "shutdown", hold_timeout_s=BOUND_S) as (client, _):
+            while (await client.get("/ready")).status_code != 200:  # the takeover done
+                await asyncio.sleep(0.01)
+            await _done_unanswered(client, delivery, clock)
+            if how == "reset":
+                return [(await client.post("/reset")).json()]
         return []
 
     return asyncio.run(run()), session

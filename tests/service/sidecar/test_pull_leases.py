@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 import redis
 
@@ -13,9 +12,9 @@ from service.delivery.protocol import Delivery
 from service.sidecar import pull_state
 from service.sidecar.holdings import Holdings
 from service.sidecar.holds import hold_bound_s
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish, tally
+from tests.service.sidecar.pullclient import serving
 
 
 def test_a_worker_back_from_a_quiet_spell_is_told_at_once_which_leases_lapsed(
@@ -28,10 +27,7 @@ def test_a_worker_back_from_a_quiet_spell_is_told_at_once_which_leases_lapsed(
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(1), SessionSettings("w0"))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, idle_timeout_s=0.1)  # no lifespan here: no heartbeat loop
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session, idle_timeout_s=0.1) as (client, _):  # no lifespan here: no heartbeat loop
             lapsed = (await client.get("/next")).json()
             while delivery.progress("quiet").running:  # its lease lapses and is reaped unheartbeated
                 delivery.reap("quiet")
@@ -55,10 +51,7 @@ def test_lost_leases_kept_for_a_worker_that_never_asks_are_bounded(
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, idle_timeout_s=0.1)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session, idle_timeout_s=0.1) as (client, _):
             for _ in range(3):
                 await client.get("/next")
             while delivery.progress("many").running:  # their leases lapse unheartbeated
@@ -85,11 +78,7 @@ def test_an_item_the_worker_holds_past_the_hold_bound_is_reported_failed_and_req
     session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, hold_timeout_s=100.0)
-        state = app.state.pull
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session, hold_timeout_s=100.0) as (client, state):
             first = (await client.get("/next")).json()
             clock[0] = 99.0  # within the bound: still heartbeated
             await state.beat()
@@ -138,10 +127,7 @@ def test_leases_and_health_count_as_held_only_what_the_worker_was_handed(
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(4, 1000), SessionSettings("w0"))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session)
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             handed = (await client.get("/next")).json()["key"]
             nothing = (await client.get("/next")).status_code  # b claimed, but waits for KV
             held = [one["key"] for one in (await client.get("/leases")).json()["held"]]

@@ -11,9 +11,9 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serving
 
 # (the /done's outcome, the /fail's): accepted and then the fail is stale, or failed and then the done is
 ALLOWED = {("accepted", "stale"), ("stale", "requeued"), ("stale", "dead_lettered")}
@@ -40,11 +40,8 @@ def test_a_fail_racing_a_done_for_one_lease_never_leaves_the_item_both_accepted_
         return completed.json()["outcome"], failed.json()["outcome"]
 
     async def run() -> list[tuple[str, tuple[str, str]]]:
-        app = create_pull_app(session)
         raced: list[tuple[str, tuple[str, str]]] = []
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             while (answer := await client.get("/next")).status_code == 200:
                 lease = answer.json()
                 raced.append((lease["key"], await race(client, lease, len(raced) % 2 == 1)))

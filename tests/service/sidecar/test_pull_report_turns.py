@@ -23,10 +23,9 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.pullclient import report_body, serving, until
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
@@ -101,8 +100,7 @@ def test_a_report_sent_while_another_of_its_lease_is_answered_gets_its_answer_an
         return [(r.status_code, r.json()["outcome"]) for r in await asyncio.gather(sent, again)]
 
     async def run() -> list[tuple[int, str]]:
-        transport = httpx.ASGITransport(app=create_pull_app(session))
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session) as (client, _):
             return await race(client)
 
     with caplog.at_level(logging.DEBUG, logger="service.sidecar"):

@@ -16,16 +16,15 @@ import threading
 import time
 from typing import Any
 
-import httpx
 import pytest
 import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serving
 
 WAITS = "waits for the report in flight"  # report_turns.py's DEBUG line
 
@@ -65,9 +64,7 @@ def test_the_heartbeats_resend_waits_for_the_workers_retry_on_the_wire_and_the_l
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w0", retry_for_s=0.0))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session) as (client, state):
             lapses, done = [(await client.get("/next")).json() for _ in range(2)]
             body = {key: done[key] for key in ("schedule_id", "key", "token")} | {"output_tokens": 10}
             delivery.out.set()
@@ -76,7 +73,7 @@ def test_the_heartbeats_resend_waits_for_the_workers_retry_on_the_wire_and_the_l
             while delivery.progress("two").running:  # the other lease lapses unheartbeated and is reaped
                 delivery.reap("two")
                 await asyncio.sleep(0.05)
-            beat = asyncio.create_task(app.state.pull.beat())
+            beat = asyncio.create_task(state.beat())
             await asyncio.to_thread(delivery.asked.wait, 60)  # the heartbeat counts the lapsed one
             delivery.hold.set()
             retry = asyncio.create_task(client.post("/done", json=body))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import redis
 
 from service.delivery.protocol import Delivery
@@ -18,6 +17,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item
+from tests.service.sidecar.pullclient import asgi_client
 
 
 def test_a_long_poll_begun_before_a_reset_hands_nothing_out_and_the_new_process_gets_the_item(
@@ -27,11 +27,7 @@ def test_a_long_poll_begun_before_a_reset_hands_nothing_out_and_the_new_process_
     session = WorkerSession(delivery, Holdings(4), SessionSettings("w0"))
 
     async def run() -> tuple[int, int, dict[str, int], int, int]:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)),
-            base_url="http://localhost",
-            timeout=30,
-        ) as client:
+        async with asgi_client(create_pull_app(session), timeout=30) as client:
             orphan = asyncio.create_task(client.get("/next", params={"wait_s": 3}))  # the dead process's
             await asyncio.sleep(0.3)
             reset = (await client.post("/reset")).json()  # its successor starts

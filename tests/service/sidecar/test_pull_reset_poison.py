@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.keys import RESET_REFUNDS
 from service.delivery.protocol import Delivery
 from service.delivery.records import LeaseSettings, PublishedSchedule
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, tally
+from tests.service.sidecar.pullclient import serving
 
 ATTEMPTS = 2
 
@@ -29,9 +28,7 @@ def _pull(redis_url: str, rounds: int) -> tuple[list[dict[str, Any]], list[dict[
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(1), SessionSettings("w0"))
 
     async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             resets, leases = [], []
             for _ in range(rounds):
                 answer = await client.get("/next")
@@ -87,9 +84,7 @@ def test_a_lease_claimed_ahead_and_never_handed_to_the_worker_is_refunded_at_eve
     session = WorkerSession(Delivery.from_url(redis_url), Holdings(2), SessionSettings("w0"))
 
     async def run() -> list[Any]:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             handed = [(await client.get("/next")).json()["key"] for _ in items]  # both run; it dies
             first = (await client.post("/reset")).json()
             # its successor's engine has a smaller cache: the second item waits behind the first

@@ -14,17 +14,15 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.pullclient import report_body, serving, until
 
 
 class _SlowFirstRelease(Delivery):
@@ -51,9 +49,7 @@ def test_a_done_that_lands_while_a_reset_hands_back_is_not_handed_back_too(
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w0"))
 
     async def run() -> tuple[int, dict[str, Any]]:
-        app = create_pull_app(session)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        async with serving(session) as (client, _):
             lease = (await client.get("/next")).json()  # a#0, handed to the worker
             assert len(await session.claim(1)) == 1  # b#0, claimed ahead of /next
             reset = asyncio.create_task(client.post("/reset"))

@@ -18,7 +18,6 @@ import asyncio
 import signal
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.hangable import hangable
@@ -27,10 +26,9 @@ from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.pullclient import report_body, until
+from tests.service.sidecar.pullclient import report_body, serving, until
 from tests.service.sidecar.unanswered import UnansweredCompletions
 
 SOCKET_TIMEOUT_S = 10.0  # what a call on the stalled server waits for
@@ -66,9 +64,7 @@ def test_a_reset_on_a_stalled_redis_resends_within_the_bound_then_503s_and_its_r
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w0", retry_for_s=0.0))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, release_within_s=WITHIN_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+        async with serving(session, release_within_s=WITHIN_S) as (worker, _):
             leases = [(await worker.get("/next")).json() for _ in range(2)]
             delivery.out.set()
             for lease in leases:
@@ -110,9 +106,7 @@ def test_a_reset_finding_a_done_in_flight_on_a_stalled_redis_503s_within_the_bou
     session = WorkerSession(Delivery(client), Holdings(1), SessionSettings("w0", retry_for_s=REPORT_WINDOW_S))
 
     async def run() -> list[Any]:
-        app = create_pull_app(session, release_within_s=WITHIN_S)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
+        async with serving(session, release_within_s=WITHIN_S) as (worker, _):
             lease = (await worker.get("/next")).json()
             server.signal(signal.SIGSTOP)
             done = asyncio.create_task(worker.post("/done", json=report_body("done", lease)))

@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.records import LeaseSettings, PublishedSchedule
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item
+from tests.service.sidecar.pullclient import serving
 
 
 def test_a_reset_counts_the_items_dead_lettered_in_every_schedule(
@@ -28,9 +27,7 @@ def test_a_reset_counts_the_items_dead_lettered_in_every_schedule(
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w0"))
 
     async def run() -> list[dict[str, Any]]:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_pull_app(session)), base_url="http://localhost"
-        ) as client:
+        async with serving(session) as (client, _):
             answers = []
             for _ in range(2):
                 taken = [(await client.get("/next")).json()["schedule_id"] for _ in range(2)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 import redis
 
@@ -20,7 +19,7 @@ from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.pullclient import publish_one
+from tests.service.sidecar.pullclient import asgi_client, publish_one
 from tests.service.sidecar.spies import hand_back_bounds
 
 DRAIN_S = 0.1
@@ -39,8 +38,7 @@ def test_the_hand_back_at_shutdown_gets_what_is_left_of_the_grace_after_the_drai
     async def run() -> None:
         app = create_pull_app(session, stopping=stopping.is_set, release_within_s=GRACE_S, drain_s=DRAIN_S)
         async with app.router.lifespan_context(app):  # shutdown runs when the block ends
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            async with asgi_client(app) as client:
                 while (await client.get("/ready")).status_code != 200:  # connected, takeover done
                     await asyncio.sleep(0.01)
                 assert (await client.get("/next")).status_code == 200

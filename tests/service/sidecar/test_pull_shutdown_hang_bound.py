@@ -18,7 +18,6 @@ import asyncio
 import threading
 from typing import Any
 
-import httpx
 import pytest
 import redis
 
@@ -27,6 +26,7 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import asgi_client
 
 WAIT_S = 60.0  # a bound against never, for a loaded host
 HOUR_MS = 3_600_000  # leases that do not lapse while the test runs
@@ -64,8 +64,7 @@ def test_items_the_hang_bound_was_failing_at_the_shutdown_are_failed_not_left_le
                 cut.set()
 
         async with app.router.lifespan_context(app):  # shutdown runs when the block ends
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            async with asgi_client(app) as client:
                 while (await client.get("/ready")).status_code != 200:  # connected, takeover done
                     await asyncio.sleep(0.01)
                 assert [(await client.get("/next")).status_code for _ in range(2)] == [200, 200]

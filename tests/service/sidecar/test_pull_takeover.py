@@ -12,8 +12,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -27,25 +25,13 @@ from service.embedded import EmbeddedServer
 from service.sidecar.connecting import Connecting
 from service.sidecar.holdings import Holdings
 from service.sidecar.launch import SidecarOptions, connect, session_for
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.takeover import TakeoverReport
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
+from tests.service.sidecar.pullclient import serving
 
 LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
-
-
-@asynccontextmanager
-async def _serving(session: WorkerSession | Connecting) -> AsyncIterator[tuple[httpx.AsyncClient, PullState]]:
-    """The pull API as ``run_pull`` serves it: its lifespan (takeover, heartbeats) runs meanwhile."""
-    app = create_pull_app(session)
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://localhost") as client,
-    ):
-        yield client, app.state.pull
 
 
 def _session(redis_url: str) -> WorkerSession:
@@ -86,7 +72,7 @@ def test_a_restarted_pull_sidecar_hands_back_its_killed_predecessors_leases_befo
     session = _session(redis_url)
 
     async def main() -> dict[str, Any]:
-        async with _serving(session) as (client, state):
+        async with serving(session, lifespan=True) as (client, state):
             ready, first = await client.get("/ready"), await client.get("/next")
             # the worker outlived its sidecar and finished one item before the hand-back: it lands
             landed = await client.post("/done", json=_old(killed[0]))
@@ -146,9 +132,9 @@ def test_a_second_live_pull_sidecar_with_the_same_worker_id_hands_back_nothing_a
     first, second = _session(redis_url), _session(redis_url)
 
     async def main() -> tuple[PullState, PullState, list[str]]:
-        async with _serving(first) as (one, first_state):
+        async with serving(first, lifespan=True) as (one, first_state):
             leases = await _pull(one, 4, timeout_s=10)  # its worker runs all four
-            async with _serving(second) as (two, second_state):
+            async with serving(second, lifespan=True) as (two, second_state):
                 await _ready(two, PRESENCE_TTL_MS / 1000 + 5)
                 await asyncio.sleep(PRESENCE_TTL_MS / 3000 + 0.3)  # the first's next write meets it
                 assert delivery.progress("twins").running == 4  # none handed back
@@ -193,7 +179,7 @@ def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers()
             return made[0]
 
         async def main() -> tuple[list[int], list[dict[str, Any]]]:
-            async with _serving(Connecting("w0", connected)) as (client, _):
+            async with serving(Connecting("w0", connected), lifespan=True) as (client, _):
                 during = [(await client.get(path)).status_code for path in ("/ready", "/next")]
                 restart = threading.Timer(1.0, server.start)
                 restart.start()

@@ -23,7 +23,8 @@ from service.delivery.records import Lease
 from service.sidecar.connecting import Connecting
 from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
-from tests.service.sidecar.test_pull_takeover import LEASE_TTL_MS, _done, _old, _pull, _serving, _session
+from tests.service.sidecar.pullclient import serving
+from tests.service.sidecar.test_pull_takeover import LEASE_TTL_MS, _done, _old, _pull, _session
 
 
 async def _report_as_a_worker_does(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
@@ -54,7 +55,7 @@ def test_a_report_sent_while_the_restarted_sidecar_connects_is_a_503_to_retry_an
         return made[0]
 
     async def main() -> dict[str, Any]:
-        async with _serving(Connecting("w0", connect)) as (client, state):
+        async with serving(Connecting("w0", connect), lifespan=True) as (client, state):
             connecting = await client.post("/done", json=_old(killed[0]))
             reached.set()
             landed = await _report_as_a_worker_does(client, _old(killed[0]))
@@ -109,7 +110,7 @@ def test_a_report_refused_while_connecting_is_awaited_before_the_hand_back_when_
         return made[0]
 
     async def main() -> dict[str, Any]:
-        async with _serving(Connecting("w0", connect)) as (client, state):
+        async with serving(Connecting("w0", connect), lifespan=True) as (client, state):
             state.report_retry_grace_s = 60.0  # the retry below, not the clock, ends the wait
             refused = await client.post("/done", json=_old(killed[0]))
             reached.set()
@@ -159,7 +160,7 @@ def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged
         return {"schedule_id": lease.schedule_id, "key": lease.key, "token": lease.token, "reason": "oom"}
 
     async def main() -> dict[str, Any]:
-        async with _serving(session) as (client, state):
+        async with serving(session, lifespan=True) as (client, state):
             for _ in range(1000):  # a bound, not a wait: the takeover begins as the lifespan starts
                 if state.taking_over:
                     break

@@ -13,7 +13,6 @@ import logging
 import time
 from typing import Any
 
-import httpx
 import pytest
 import redis
 import typer
@@ -25,11 +24,11 @@ from service.sidecar import launch
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.health import Probes
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError, Supervisor
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serving
 
 LEASE_TTL_MS = 60_000  # nothing here may wait for a lease to lapse: a hand-back is what is counted
 
@@ -121,12 +120,7 @@ def test_a_pull_sidecar_whose_heartbeats_die_fails_its_probes_and_is_told_to_sto
     deaths: list[LoopDiedError] = []
 
     async def script() -> list[Any]:
-        app = create_pull_app(session, on_failure=deaths.append)
-        transport = httpx.ASGITransport(app=app)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
-        ):
+        async with serving(session, lifespan=True, on_failure=deaths.append) as (api, _):
             while (await api.get("/next", params={"wait_s": 1})).status_code != 200:
                 pass  # the takeover first
             session.heartbeat_interval = _bug  # type: ignore[method-assign]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-import httpx
 import pytest
 import redis
 
@@ -24,9 +23,9 @@ from service.delivery.keys import schedule_keys
 from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
-from service.sidecar.pull_api import create_pull_app
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pullclient import serving
 from tests.service.sidecar.unanswered import UnansweredReports
 
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
@@ -79,12 +78,9 @@ def test_a_pull_sidecar_stopped_with_an_unreadable_items_report_unanswered_count
     session = WorkerSession(delivery, Holdings(8, None), SessionSettings("w0", retry_for_s=0.0))
 
     async def run() -> int:
-        app = create_pull_app(session, release_within_s=1.0)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as worker:
-                delivery.out.set()
-                return (await worker.get("/next", params={"wait_s": 20})).status_code
+        async with serving(session, lifespan=True, release_within_s=1.0) as (worker, _):
+            delivery.out.set()
+            return (await worker.get("/next", params={"wait_s": 20})).status_code
 
     assert asyncio.run(run()) == 200
     assert (session.stats.claimed, _ended(session)) == (2, {"released": 1, "lost": 1})
