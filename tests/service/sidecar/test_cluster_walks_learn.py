@@ -23,7 +23,7 @@ from redis.crc import key_slot
 from service.delivery import Delivery, coverage, keys
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
+from tests.cluster import SLOTS, LocalCluster, partly_served, serve_ranges, unserve_range
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,7 @@ class Asked(NamedTuple):
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its tests take a slot range away, the others served meanwhile."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
 
 
@@ -62,15 +61,21 @@ def _ids() -> list[str]:
     return [*found.values(), served]
 
 
-def _published(cluster: LocalCluster) -> tuple[WorkerSession, list[str]]:
-    """Each of ``_ids`` published for worker ``w`` with one item, oldest first in that order."""
+def publish_each(cluster: LocalCluster, ids: list[str]) -> Delivery:
+    """Each of ``ids`` published on the emptied ``cluster`` for worker ``w`` with one item, oldest first
+    in that order (the walks go oldest first)."""
     cluster.flushall()
-    ids = _ids()
     delivery = Delivery(cluster.client())
     for sid in ids:
         publish(delivery, sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
         time.sleep(0.002)
-    return WorkerSession(delivery, Holdings(8), SessionSettings("w")), ids
+    return delivery
+
+
+def _published(cluster: LocalCluster) -> tuple[WorkerSession, list[str]]:
+    """Each of ``_ids`` published for worker ``w`` with one item, oldest first in that order."""
+    ids = _ids()
+    return WorkerSession(publish_each(cluster, ids), Holdings(8), SessionSettings("w")), ids
 
 
 def _spy(client: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> list[Asked]:

@@ -7,19 +7,16 @@ fixed wait on a slot not served) for every other schedule of the second range.""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from service.delivery import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import SLOTS, LocalCluster, serve_ranges, serve_the_rest, unserve_range
-from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_cluster_walks_learn import FIXED, Asked, _slot, _spy
+from tests.cluster import SLOTS, LocalCluster, partly_served, serve_ranges, unserve_range
+from tests.service.sidecar.test_cluster_walks_learn import FIXED, Asked, _slot, _spy, publish_each
 
 pytestmark = pytest.mark.slow
 PER_RANGE = 3  # schedules on distinct slots of each dropped range
@@ -29,8 +26,7 @@ DROPPED = (range(SLOTS // 3 + 500, SLOTS // 3 + 700), range(2 * SLOTS // 3 + 500
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of this module's own: its test takes two slot ranges away, the others served meanwhile."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
 
 
@@ -56,12 +52,8 @@ def _toward(asked: list[Asked], dropped: range) -> int:
 def test_a_heartbeat_asks_one_schedule_of_each_masters_dropped_range_and_each_node_once(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster.flushall()
     ids = _ids()
-    delivery = Delivery(cluster.client())
-    for sid in ids:
-        publish(delivery, sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
-        time.sleep(0.002)
+    delivery = publish_each(cluster, ids)
     session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
     held = asyncio.run(session.claim(len(ids)))
     assert len(held) == len(ids)

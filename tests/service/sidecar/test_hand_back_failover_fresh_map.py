@@ -28,7 +28,7 @@ from service.settings import Settings
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import WorkerSession
 from service.sidecar.session_settings import SessionSettings
-from tests.cluster import LocalCluster, serve_the_rest, slot_of
+from tests.cluster import LocalCluster, partly_served, slot_of
 from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.test_heartbeat_failover_fresh_map import _copied, _on_dead, _restored
@@ -41,8 +41,7 @@ TTL_MS = 30_000  # the lease's TTL: it lives through the test, so only the call'
 @pytest.fixture
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of the test's own: it kills a master and moves a slot for good."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
 
 

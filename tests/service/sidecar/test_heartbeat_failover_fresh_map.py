@@ -27,7 +27,7 @@ from service.delivery.reaper import reap_all
 from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
+from tests.cluster import SLOTS, LocalCluster, partly_served, slot_of
 from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
 from tests.service.sidecar.procs import item, publish
 
@@ -39,8 +39,7 @@ TTL_MS = 30_000  # the lease's TTL: its deadline is far, so only the beat's reac
 @pytest.fixture
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of the test's own: it kills a master and moves a slot for good."""
-    with LocalCluster() as local:
-        serve_the_rest(local)
+    with partly_served() as local:
         yield local
 
 

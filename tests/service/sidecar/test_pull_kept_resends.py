@@ -71,6 +71,20 @@ def _recorded(state: PullState) -> tuple[float, float, float | None]:
     return buckets[-1][1], total, state.session.holdings.decode_rate()
 
 
+def _retried_before_a_beat(redis_url: str, lands: bool) -> tuple[list[Any], WorkerSession]:
+    """A ``/done`` unanswered (landed or not), then the worker's retry of it ``3 * GENERATED_S`` after
+    its ``/next``, before any heartbeat: [the retry's outcome, what was recorded], and the session."""
+    delivery, session, clock = _unanswered_done(redis_url, lands)
+
+    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
+        lease = await _done_unanswered(client, delivery, clock)
+        clock[0] = 3 * GENERATED_S
+        retried = await client.post("/done", json=report_body("done", lease))
+        return [retried.json()["outcome"], _recorded(state)]
+
+    return _serve(session, script), session
+
+
 @pytest.mark.parametrize(("lands", "ended"), [(True, {"duplicate": 1}), (False, {"accepted": 1})])
 def test_a_done_unanswered_and_held_past_its_bound_is_sent_again_not_failed(
     redis_client: redis.Redis, redis_url: str, lands: bool, ended: dict[str, int]
@@ -118,15 +132,8 @@ def test_a_retry_answered_duplicate_of_a_held_lease_records_the_landed_done_once
     """The worker retries before any heartbeat: the lease still held, its retry is answered
     ``duplicate`` (the first landed). The generation seconds are that first ``/done``'s (the one
     Redis stored), not the retry's, which also counts the outage. Before: none recorded."""
-    delivery, session, clock = _unanswered_done(redis_url, lands=True)
-
-    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        lease = await _done_unanswered(client, delivery, clock)
-        clock[0] = 3 * GENERATED_S
-        retried = await client.post("/done", json=report_body("done", lease))
-        return [retried.json()["outcome"], _recorded(state)]
-
-    assert _serve(session, script) == ["duplicate", (1.0, GENERATED_S, 10 / GENERATED_S)]
+    answer, session = _retried_before_a_beat(redis_url, lands=True)
+    assert answer == ["duplicate", (1.0, GENERATED_S, 10 / GENERATED_S)]
     assert _ended(session) == {"duplicate": 1}
 
 
@@ -137,15 +144,8 @@ def test_a_retry_accepted_after_an_unanswered_done_stores_the_span_up_to_that_fi
     the trajectory's: the wall time and mean concurrency the sidecar measured up to the first
     ``/done`` (what speed learning divides), not a span stretched by the outage. Before: 15 s stored
     and recorded."""
-    delivery, session, clock = _unanswered_done(redis_url, lands=False)
-
-    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        lease = await _done_unanswered(client, delivery, clock)
-        clock[0] = 3 * GENERATED_S
-        retried = await client.post("/done", json=report_body("done", lease))
-        return [retried.json()["outcome"], _recorded(state)]
-
-    assert _serve(session, script) == ["accepted", (1.0, GENERATED_S, 10 / GENERATED_S)]
+    answer, _ = _retried_before_a_beat(redis_url, lands=False)
+    assert answer == ["accepted", (1.0, GENERATED_S, 10 / GENERATED_S)]
     (stored,) = Delivery.from_url(redis_url).read_results("s")
     assert (stored.result.wall_time_s, stored.result.extra["concurrency"]) == (GENERATED_S, 1.0)
 
