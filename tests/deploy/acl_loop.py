@@ -40,6 +40,10 @@ from tests.service.sidecar.procs import Cluster, Proc, cluster, wait_http, wait_
 PASSWORDS = {SERVICE.password_env: "service-pw", SIDECAR.password_env: "sidecar-pw"}
 ADMIN, ADMIN_PASSWORD = "acl-admin", "admin-pw"
 LOOP_S = 120.0  # a bound against never on a loaded 2-core host, not a speed
+# How often a wait reads the app's progress: each read is a whole request through the app (~4.5 ms of
+# CPU in the test's process), so procs.wait_until's 20 ms made the waits a tenth of a core. What the
+# loop acts on (a step running, then a kill or a cancel) lasts seconds, not 0.1 s.
+READ_EVERY_S = 0.1
 
 
 def generated_lines(cli: typer.Typer, *args: str) -> list[str]:
@@ -152,13 +156,14 @@ def _body(workers: list[str], prompts: int, tokens: int, schedule_id: str) -> di
 
 
 def _pull_worker(port: int, stop: threading.Event) -> None:
-    """A worker process on the pull API: fails its first item, completes every other one it gets."""
+    """A worker process on the pull API: fails its first item, completes every other one it gets. It
+    asks as a worker does, long-polling (``wait_s``: the sidecar claims every 0.2 s meanwhile), not by
+    a request every 50 ms."""
     base, failed = f"http://127.0.0.1:{port}", False
     with httpx.Client(base_url=base, timeout=10.0) as http:
         while not stop.is_set():
-            reply = http.get("/next")
+            reply = http.get("/next", params={"wait_s": 1.0})
             if reply.status_code != 200:
-                time.sleep(0.05)
                 continue
             lease = reply.json()
             body = {key: lease[key] for key in ("schedule_id", "key", "token")}
@@ -245,12 +250,17 @@ def _restart_mid_run(app: TestClient, sidecars: Sidecars, push: Proc) -> Proc:
         ).status_code
         == 200
     )
-    wait_until(lambda: _progress(app, "acl-step-2")["running"] > 0, LOOP_S, "the third step running")
+    wait_until(
+        lambda: _progress(app, "acl-step-2")["running"] > 0, LOOP_S, "the third step running", READ_EVERY_S
+    )
     push.popen.kill()
     push.popen.wait(10)
     successor = sidecars.push("sidecar-w-push-2")
     wait_until(
-        lambda: _progress(app, "acl-step-2")["done"] == 2, LOOP_S, "the third step run by the successor"
+        lambda: _progress(app, "acl-step-2")["done"] == 2,
+        LOOP_S,
+        "the third step run by the successor",
+        READ_EVERY_S,
     )
     return successor
 
@@ -262,16 +272,23 @@ def _serve_steps(app: TestClient, outcome: LoopOutcome) -> None:
     answer = app.post("/schedule", json=_body(workers, prompts=9, tokens=16, schedule_id="acl-step-0"))
     assert answer.status_code == 200, answer.text
     done = lambda: _progress(app, "acl-step-0")["done"] == 18  # noqa: E731
-    wait_until(done, LOOP_S, "the first step's 18 items accepted")
+    wait_until(done, LOOP_S, "the first step's 18 items accepted", READ_EVERY_S)
     outcome.total, outcome.done = 18, _progress(app, "acl-step-0")["done"]
     outcome.stolen = len(answer.json()["assignments"].get("w-idle", []))
     long = _body(["w-push"], prompts=1, tokens=4000, schedule_id="acl-step-1")
     assert app.post("/schedule", json=long).status_code == 200
-    wait_until(lambda: _progress(app, "acl-step-1")["running"] > 0, LOOP_S, "the long step running")
+    wait_until(
+        lambda: _progress(app, "acl-step-1")["running"] > 0, LOOP_S, "the long step running", READ_EVERY_S
+    )
     time.sleep(1.5)  # a heartbeat or two of the running leases
     cancelled = app.delete("/schedule/acl-step-1")
     assert cancelled.status_code == 200, cancelled.text
-    wait_until(lambda: _progress(app, "acl-step-1")["running"] == 0, LOOP_S, "the cancelled leases ended")
+    wait_until(
+        lambda: _progress(app, "acl-step-1")["running"] == 0,
+        LOOP_S,
+        "the cancelled leases ended",
+        READ_EVERY_S,
+    )
     outcome.cancelled = _progress(app, "acl-step-1")["cancelled"]
 
 

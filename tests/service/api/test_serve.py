@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from service.commands.bench_service import SAMPLES, batch
 from service.commands.serve import cluster_without_url, unsafe_binding
 from service.settings import HOUR_S, Settings, unknown_variables
 from tests.service.bound_port import child_port
-from tests.service.polling import GONE_WITHIN_S, gone_within
+from tests.service.polling import GONE_WITHIN_S, gone_within, poller
 
 PREFIX_RULE = "must be 1-64 of A-Z a-z 0-9 _ . : -"  # the key-prefix rule, as serve states it
 
@@ -66,34 +68,84 @@ def _serve_until_it_answers(
             proc.kill()
         raise
     deadline = time.monotonic() + 60  # from the listen: the start is child_port's to bound
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read().decode() if proc.stderr else "serve exited")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
+    with poller(1.0) as client:  # not httpx.get per ask: ~35 ms of CPU each (tests.service.polling)
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stderr.read().decode() if proc.stderr else "serve exited")
+            try:
+                if client.get(f"http://127.0.0.1:{port}{path}").status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"serve did not answer {path} within 60 s")
+            time.sleep(0.1)
+
+
+LONG_TOKEN = "a" * 64
+SOFT_FILES = 256  # the soft open-file limit the served child starts under, where the hard one is higher
+
+
+@dataclass(frozen=True)
+class Served:
+    """What one ``serve`` child on the embedded server showed while it answered ``/readyz``, then once
+    a SIGTERM ended it. One child for the behaviours that do not change its state until the stop
+    (a ``serve`` start is ~3 CPU-s of imports): started with a low soft open-file limit, with
+    ``WEB_CONCURRENCY=2`` and with short tokens."""
+
+    servers: list[int]  # its children while it served: the embedded server and its watcher
+    open_files: tuple[int, int]  # its soft and hard open-file limits while it served
+    hard_files: int  # the hard limit it inherited (its soft one: SOFT_FILES where lower)
+    status: int  # its exit status after the SIGTERM
+    left_running: list[int]  # of ``servers``, those still running 0.2 s after it exited
+    said: str  # its stderr
+
+
+def _hard_files() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def _low_soft_limit_settable(hard: int) -> bool:
+    return hard != resource.RLIM_INFINITY and hard > SOFT_FILES
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Served:
+    """``serve`` without ``REDIS_URL`` until it answers ``/readyz``, read, then SIGTERMed (as an
+    operator stops it; a SIGKILLed one leaves its server to the watcher)."""
+    hard = _hard_files()
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT_FILES, hard))
+
+    proc = _serve_until_it_answers(
+        "/readyz",
+        low_soft_limit if _low_soft_limit_settable(hard) else None,
+        ROLLOUT_MODEL_DIR=str(tmp_path_factory.mktemp("served")),
+        WEB_CONCURRENCY="2",
+        ROLLOUT_TRAINER_TOKENS=f"short-trainer,{LONG_TOKEN}",
+        ROLLOUT_WORKER_TOKENS=f"w0=short-worker,w1=b{LONG_TOKEN}",
+    )
+    try:
+        servers, open_files = _children(proc.pid), _open_file_limits(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=20)
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
             proc.kill()
-            raise AssertionError(f"serve did not answer {path} within 60 s")
-        time.sleep(0.1)
+    time.sleep(0.2)
+    return Served(servers, open_files, hard, status, [pid for pid in servers if _alive(pid)], said)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads child processes from /proc")
-def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(tmp_path: Path) -> None:
-    proc = _serve_until_it_answers("/readyz", ROLLOUT_MODEL_DIR=str(tmp_path))
-    try:
-        servers = _children(proc.pid)
-        assert servers, "no embedded server process"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        time.sleep(0.2)
-        assert not any(_alive(pid) for pid in servers)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_serve_without_redis_url_runs_an_embedded_server_and_stops_it_on_exit(served: Served) -> None:
+    assert served.servers, "no embedded server process"
+    assert served.status == 0
+    assert served.left_running == []
 
 
 @pytest.mark.slow
@@ -125,69 +177,33 @@ def _open_file_limits(pid: int) -> tuple[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process's limits from /proc")
-def test_serve_raises_its_open_file_limit_to_the_hard_limit(tmp_path: Path) -> None:
+def test_serve_raises_its_open_file_limit_to_the_hard_limit(served: Served) -> None:
     """A connection that never finishes its request head holds a descriptor for good: at a soft limit
     of 1,024 a thousand of them left the listener accepting nothing (docs/experiments.md, "Leftovers")."""
-    import resource
-
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard == resource.RLIM_INFINITY or hard <= 256:
-        pytest.skip(f"hard open-file limit {hard}: nothing to raise a soft limit of 256 to")
-
-    def low_soft_limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
-
-    proc = _serve_until_it_answers("/healthz", low_soft_limit, ROLLOUT_MODEL_DIR=str(tmp_path))
-    try:
-        assert _open_file_limits(proc.pid) == (hard, hard)
-    finally:  # SIGTERM: serve stops as an operator stops it (a SIGKILLed one leaves that to the watcher)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    if not _low_soft_limit_settable(served.hard_files):
+        pytest.skip(f"hard open-file limit {served.hard_files}: nothing to raise a soft limit of 256 to")
+    assert served.open_files == (served.hard_files, served.hard_files)
 
 
 @pytest.mark.slow
-def test_serve_runs_one_process_whatever_web_concurrency_says(tmp_path: Path) -> None:
+def test_serve_runs_one_process_whatever_web_concurrency_says(served: Served) -> None:
     """uvicorn reads WEB_CONCURRENCY (set by many base images) as its worker count, and with an app
     object rather than an import string it refuses more than one and exits: serve must serve."""
-    proc = _serve_until_it_answers("/metrics", ROLLOUT_MODEL_DIR=str(tmp_path), WEB_CONCURRENCY="2")
-    try:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        assert proc.stderr is not None
-        assert "WEB_CONCURRENCY=2 is ignored" in proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    assert served.status == 0  # it answered /readyz, then stopped as asked
+    assert "WEB_CONCURRENCY=2 is ignored" in served.said
 
 
 @pytest.mark.slow
 def test_serve_warns_at_start_of_tokens_shorter_than_32_characters_without_quoting_them(
-    tmp_path: Path,
+    served: Served,
 ) -> None:
     """A short token is guessable (nothing limits the rate of 401s): serve says how many each list
     holds, and starts anyway, since refusing would stop deployments that run on them today."""
-    long = "a" * 64
-    proc = _serve_until_it_answers(
-        "/metrics",
-        ROLLOUT_MODEL_DIR=str(tmp_path),
-        ROLLOUT_TRAINER_TOKENS=f"short-trainer,{long}",
-        ROLLOUT_WORKER_TOKENS=f"w0=short-worker,w1=b{long}",
-    )
-    try:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-        assert proc.stderr is not None
-        said = proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "ROLLOUT_TRAINER_TOKENS holds 1 token(s) shorter than 32 characters" in said
-    assert "ROLLOUT_WORKER_TOKENS holds 1 token(s) shorter than 32 characters" in said
-    assert "short-trainer" not in said
-    assert "short-worker" not in said
+    assert served.status == 0  # it started, answered /readyz and stopped as asked
+    assert "ROLLOUT_TRAINER_TOKENS holds 1 token(s) shorter than 32 characters" in served.said
+    assert "ROLLOUT_WORKER_TOKENS holds 1 token(s) shorter than 32 characters" in served.said
+    assert "short-trainer" not in served.said
+    assert "short-worker" not in served.said
 
 
 def test_settings_come_from_the_environment_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:

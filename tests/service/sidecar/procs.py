@@ -238,13 +238,16 @@ def claimed_by_a_killed_sidecar(delivery: Delivery, schedule_id: str, worker_id:
     return delivery.claim(schedule_id, worker_id, n, now_ms=now_ms - KILLED_BEFORE_MS)
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str = "condition") -> None:
-    """Poll ``condition`` every 20 ms until it holds; fail the test after ``timeout_s``."""
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str = "condition", every_s: float = 0.02
+) -> None:
+    """Poll ``condition`` every ``every_s`` (20 ms: a log's read or a Redis call) until it holds; fail
+    the test after ``timeout_s``. A costlier condition (a request through an app) asks less often."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.02)
+        time.sleep(every_s)
     raise AssertionError(f"{what} did not hold within {timeout_s}s")
 
 

@@ -19,6 +19,7 @@ import redis
 from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from tests.cluster import one_node_cluster
+from tests.service.polling import poller
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
     bound_url,
@@ -163,7 +164,8 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
             publish(delivery, "paused", {"w0": [item(f"p{i}", 0, 200_000) for i in range(2)]}, 30_000)
             # Both on the engine, not only leased in Redis: a loaded sidecar's claim can be leased there
             # and still waiting on its reply at the pause, abandoned then (no lease held to hand back).
-            wait_until(lambda: _engine_running(url) == 2, 180, "both running on the engine")
+            with poller(5.0) as http:
+                wait_until(lambda: _engine_running(http, url) == 2, 180, "both running on the engine")
             counters, took_s = sigterm_with_redis_paused(server, sidecar)
         assert sidecar.popen.returncode == 0
         assert counters.startswith("{"), f"no counters printed; log:\n{sidecar.log.read_text()[-3000:]}"
@@ -176,9 +178,10 @@ def test_sigterm_while_redis_is_paused_exits_within_the_drain_timeout_plus_the_r
         server.stop()
 
 
-def _engine_running(engine_url: str) -> int:
-    """How many requests the engine-sim is generating now."""
-    return int(httpx.get(f"{engine_url}/sim/stats").json()["running"])
+def _engine_running(http: httpx.Client, engine_url: str) -> int:
+    """How many requests the engine-sim is generating now (``http``: a wait's one client, not an
+    ``httpx.get`` per ask, ~35 ms of CPU each: tests.service.polling)."""
+    return int(http.get(f"{engine_url}/sim/stats").json()["running"])
 
 
 def test_a_second_sigterm_cuts_the_drain_short_and_releases_the_running_items_at_once(
@@ -221,7 +224,8 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
         procs.procs[0].signal(signal.SIGSTOP)  # the engine-sim process
         # the sidecar's own count of the hand-back Redis took (the stall timeout, 2 s, and a probe on);
         # a bound against never, not a speed
-        wait_until(lambda: _released(health) == 4, PROCESS_START_S, "the items handed back")
+        with poller(5.0) as http:
+            wait_until(lambda: _released(http, health) == 4, PROCESS_START_S, "the items handed back")
         assert delivery.progress("sigstop").queued == 4
         body = httpx.get(f"{health}/health", timeout=5).json()
         assert (body["status"], body["engine_up"], body["held"]) == ("ok", False, 0)
@@ -231,9 +235,10 @@ def test_items_on_a_sigstopped_engine_go_back_and_the_sidecar_reports_its_engine
     assert (stats["released"], stats["failed"]) == (4, 0)
 
 
-def _released(health: str) -> int:
-    """The sidecar's ``released`` counter, read from its ``/metrics`` (``health``: the probes' URL)."""
-    text = httpx.get(f"{health}/metrics", timeout=5).text
+def _released(http: httpx.Client, health: str) -> int:
+    """The sidecar's ``released`` counter, read from its ``/metrics`` (``health``: the probes' URL;
+    ``http``: the wait's one client)."""
+    text = http.get(f"{health}/metrics").text
     found = re.search(r"^rollout_sidecar_released_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
     return int(float(found.group(1))) if found else 0
 

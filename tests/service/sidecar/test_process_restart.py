@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from service.delivery.protocol import Delivery
+from tests.service.polling import poller
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
     Proc,
@@ -74,30 +75,32 @@ def test_a_sigkilled_push_sidecar_restarted_under_its_worker_id_gets_its_leases_
     assert tally(delivery, "restart", {i.key for i in items}) == (0, 0)
 
 
-def _next(base: str, proc: Proc) -> dict[str, Any] | None:
-    """One lease from a pull sidecar's ``/next`` (None: nothing now, or it is not serving yet)."""
+def _next(http: httpx.Client, base: str, proc: Proc) -> dict[str, Any] | None:
+    """One lease from a pull sidecar's ``/next`` (None: nothing now, or it is not serving yet), asked
+    through ``http``, the worker's one client: an ``httpx.get`` per ask costs ~35 ms of CPU
+    (tests.service.polling), and these ask every 50 ms while the restarted process imports."""
     assert proc.popen.poll() is None, proc.log.read_text()[-2000:]
     try:
-        answer = httpx.get(f"{base}/next", params={"wait_s": 0.5}, timeout=5.0)
+        answer = http.get(f"{base}/next", params={"wait_s": 0.5}, timeout=5.0)
     except httpx.TransportError:  # the restarted process is still starting
         time.sleep(0.05)
         return None
     return dict(answer.json()) if answer.status_code == 200 else None
 
 
-def _pull(base: str, proc: Proc, n: int, timeout_s: float) -> list[dict[str, Any]]:
+def _pull(http: httpx.Client, base: str, proc: Proc, n: int, timeout_s: float) -> list[dict[str, Any]]:
     leases: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(leases) < n and time.monotonic() < deadline:
-        lease = _next(base, proc)
+        lease = _next(http, base, proc)
         if lease is not None:
             leases.append(lease)
     return leases
 
 
-def _done(base: str, lease: dict[str, Any]) -> httpx.Response:
+def _done(http: httpx.Client, base: str, lease: dict[str, Any]) -> httpx.Response:
     body = {k: lease[k] for k in ("schedule_id", "key", "token")}
-    return httpx.post(f"{base}/done", json={**body, "output_tokens": 7}, timeout=10.0)
+    return http.post(f"{base}/done", json={**body, "output_tokens": 7}, timeout=10.0)
 
 
 def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases_out_again_at_once(
@@ -108,20 +111,20 @@ def test_a_sigkilled_pull_sidecar_restarted_under_its_worker_id_hands_its_leases
     delivery = Delivery.from_url(redis_url)
     items = [item("pull-restart", i, 100) for i in range(4)]
     args = ["sidecar", "--worker-id", "w0", "--redis-url", redis_url, "--pull-api"]
-    with cluster(tmp_path) as procs:
+    with cluster(tmp_path) as procs, poller(10.0) as http:
         first = procs.spawn("pull-w0", [*args, "0"])
         base = bound_url(first)  # the kernel's pick; the restarted sidecar serves on it again
         wait_http(f"{base}/ready", first)
         publish(delivery, "pull-restart", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-        handed = _pull(base, first, 4, 30)  # the worker runs all four
+        handed = _pull(http, base, first, 4, 30)  # the worker runs all four
         first.signal(signal.SIGKILL)
         first.popen.wait()
         killed_at = time.monotonic()
         second = procs.spawn("pull-w0-restarted", [*args, base.rsplit(":", 1)[1]])
-        again = _pull(base, second, 4, BACK_BY_S)
+        again = _pull(http, base, second, 4, BACK_BY_S)
         back_s = time.monotonic() - killed_at
-        late = [_done(base, lease) for lease in handed]  # the surviving worker's reports
-        outcomes = [_done(base, lease).json()["outcome"] for lease in again]
+        late = [_done(http, base, lease) for lease in handed]  # the surviving worker's reports
+        outcomes = [_done(http, base, lease).json()["outcome"] for lease in again]
         second.signal(signal.SIGTERM)
         stats = second.stats()
     print(f"kill -> all four handed out again by the restarted pull sidecar: {back_s:.1f} s (lease ttl 60 s)")

@@ -32,6 +32,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSession
+from tests.service.polling import poller
 from tests.service.sidecar.procs import (
     PROCESS_START_S,
     Proc,
@@ -77,9 +78,10 @@ def _abandoned(log: Path) -> int:
     return sum(int(n) for n in re.findall(r"could not release (\d+) leases", log.read_text()))
 
 
-def _engine_running(engine_url: str) -> int:
-    """How many requests the engine-sim is generating now."""
-    return int(httpx.get(f"{engine_url}/sim/stats").json()["running"])
+def _engine_running(http: httpx.Client, engine_url: str) -> int:
+    """How many requests the engine-sim is generating now (``http``: a wait's one client, not an
+    ``httpx.get`` per ask, ~35 ms of CPU each: tests.service.polling)."""
+    return int(http.get(f"{engine_url}/sim/stats").json()["running"])
 
 
 @pytest.mark.slow
@@ -97,7 +99,10 @@ def test_a_push_sidecar_s_second_signal_ends_its_drain_within_the_grace_with_red
             flags = ["--max-num-seqs", "2", "--drain-timeout", str(DRAIN_S)]
             sidecar = procs.sidecar("w0", url, server.url, *flags)
             publish(delivery, "twice", {"w0": [item(f"p{i}", 0, 200_000) for i in range(2)]}, 30_000)
-            wait_until(lambda: _engine_running(url) == 2, PROCESS_START_S, "both running on the engine")
+            with poller(5.0) as http:
+                wait_until(
+                    lambda: _engine_running(http, url) == 2, PROCESS_START_S, "both running on the engine"
+                )
             sidecar.signal(signal.SIGTERM)
             drain = "draining 2 running items"
             wait_until(lambda: drain in sidecar.log.read_text(), PROCESS_START_S, "the drain")
