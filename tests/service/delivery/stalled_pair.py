@@ -15,7 +15,7 @@ from service.delivery import Delivery, keys
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, paced
 
 SHARES = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the first two masters'
 

@@ -24,14 +24,12 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
+from tests.service.failover import TIMEOUT_S, Copied, copied, failed_over, on_dead, paced, restored
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_heartbeat_failover_fresh_map import _copied, _on_dead, _restored
 
 pytestmark = pytest.mark.slow
 TTL_MS = 30_000  # the lease lives through the test: only the call's reach is under test
 RESULT = TrajectoryResult(output_tokens=5)
-Copied = tuple[str, int, bytes]  # a key as ``_copied`` reads it: name, ms left, its DUMP
 
 
 @pytest.fixture
@@ -50,20 +48,20 @@ def _held_on_a_killed_master(cluster: LocalCluster) -> tuple[Delivery, Lease, li
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
     )
     client = paced(delivery)
-    sid = _on_dead()
+    sid = on_dead()
     publish(delivery, sid, {"w": [item("p", 0, 5), item("q", 0, 5)]}, lease_ttl_ms=TTL_MS)
     (lease,) = delivery.claim(sid, "w", 1)
     old = client.get_node_from_key(delivery.keys(sid).meta).port  # type: ignore[no-untyped-call]
     live = [node.port for node in cluster.nodes if node.port != old]
-    held = _copied(old, slot_of(sid))
+    held = copied(old, slot_of(sid))
     next(node for node in cluster.nodes if node.port == old).kill()
     return delivery, lease, live, held
 
 
 def _fail_over(lease: Lease, live: list[int], held: list[Copied]) -> None:
     """The lease's slot given to ``live[0]``, with the keys the old master held."""
-    _failed_over(live, {slot_of(lease.schedule_id)})
-    _restored(live[0], held)
+    failed_over(live, {slot_of(lease.schedule_id)})
+    restored(live[0], held)
 
 
 def _complete_and_claim(delivery: Delivery, lease: Lease) -> tuple[list[CompletionOutcome], list[str]]:

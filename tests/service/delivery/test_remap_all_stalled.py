@@ -30,7 +30,7 @@ from service.redis_conn import connect
 from service.settings import Settings
 from service.sidecar.outage_retry import LONGEST_PAUSE_S
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, paced
 
 pytestmark = pytest.mark.slow
 

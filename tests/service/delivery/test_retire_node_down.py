@@ -29,7 +29,7 @@ from service.sidecar.unreached import Unreached
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.delivery.conftest import schedule
 from tests.service.delivery.test_remap_shared_ask import _asks
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, paced
 
 pytestmark = pytest.mark.slow
 T0 = 1_000_000  # explicit clock (ms)

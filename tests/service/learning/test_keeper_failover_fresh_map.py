@@ -29,26 +29,12 @@ from service.delivery import Delivery, keys
 from service.pipeline.step_keeper import Entry, InFlight, Kept, StepKeeper
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, serve_the_rest
+from tests.cluster import LocalCluster, serve_the_rest
 from tests.scripts_sent import count_scripts
+from tests.service.failover import DEAD, TIMEOUT_S, failed_over, paced
 from tests.service.learning.keeper_held import SHORT_MS, left_ms
 
 pytestmark = pytest.mark.slow
-TIMEOUT_S = 0.25  # the service's client at a short timeout
-# redis-py's ``topology_refresh_min_interval`` (1 s by default: no refresh on an error sooner after one),
-# stretched to an hour on the tests' clients (``paced``): a loaded host took over a second between the
-# map's read and the walk, whose first try then met a refresh already due, not the case under test
-PACED_S = 3600.0
-DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
-
-
-def paced(delivery: Delivery) -> RedisCluster:
-    """``delivery``'s cluster client, its own map refresh on an error paced to ``PACED_S``: only a
-    walk's own read (``remap``) can find a failed-over slot's new master within a test."""
-    client = delivery.client
-    assert isinstance(client, RedisCluster)
-    client.nodes_manager._topology_refresh_min_interval = PACED_S
-    return client
 
 
 @pytest.fixture
@@ -78,19 +64,6 @@ def _key(kept: Kept) -> str:
     return keys.schedule_keys(kept.schedule_id).meta
 
 
-def _failed_over(live: list[int], slots: set[int]) -> None:
-    """``slots`` given to the master at ``live[0]`` (its epoch bumped, so its claim wins), and told to
-    every live master at once."""
-    with redis.Redis(port=live[0]) as client:
-        me = client.execute_command("CLUSTER", "MYID")
-    for port in live:
-        with redis.Redis(port=port) as client:
-            for slot in slots:
-                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", me)
-    with redis.Redis(port=live[0]) as client:
-        client.execute_command("CLUSTER", "BUMPEPOCH")
-
-
 @pytest.mark.parametrize("kind", [Entry, InFlight], ids=["entries", "marks"])
 def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
     cluster: LocalCluster, kind: type[Entry] | type[InFlight]
@@ -108,7 +81,7 @@ def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
     dead.kill()
     with pytest.raises(redis.ConnectionError):  # a request's call: the client's refresh not due (``paced``)
         client.get(_key(kept[0]))
-    _failed_over(live, {key_slot(_key(each).encode()) for each in kept})
+    failed_over(live, {key_slot(_key(each).encode()) for each in kept})
     written = Delivery(at_new)  # as requests wrote them at the new master
     for each in kept:
         if isinstance(each, Entry):

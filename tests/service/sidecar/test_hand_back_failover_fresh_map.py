@@ -29,9 +29,8 @@ from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import WorkerSession
 from service.sidecar.session_settings import SessionSettings
 from tests.cluster import LocalCluster, partly_served, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
+from tests.service.failover import TIMEOUT_S, copied, failed_over, on_dead, paced, restored
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_heartbeat_failover_fresh_map import _copied, _on_dead, _restored
 from tests.service.sidecar.test_stored_bytes_items import NOT_UTF8
 
 pytestmark = pytest.mark.slow
@@ -52,7 +51,7 @@ def _session(cluster: LocalCluster) -> tuple[WorkerSession, str]:
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
     )
     paced(delivery)
-    sid = _on_dead()
+    sid = on_dead()
     publish(delivery, sid, {"w": [item("p", 0, 5), item("q", 0, 5)]}, lease_ttl_ms=TTL_MS)
     return WorkerSession(delivery, Holdings(2), SessionSettings("w", retry_for_s=0.0)), sid
 
@@ -62,10 +61,10 @@ def _fail_over(cluster: LocalCluster, delivery: Delivery, sid: str) -> None:
     they are now (its replica's copy); the client's map still names the old master."""
     old = delivery.client.get_node_from_key(delivery.keys(sid).meta).port  # type: ignore[union-attr]
     live = [node.port for node in cluster.nodes if node.port != old]  # the first takes its slot
-    keys = _copied(old, slot_of(sid))
+    keys = copied(old, slot_of(sid))
     next(node for node in cluster.nodes if node.port == old).kill()
-    _failed_over(live, {slot_of(sid)})
-    _restored(live[0], keys)
+    failed_over(live, {slot_of(sid)})
+    restored(live[0], keys)
 
 
 def _claimed_then_failed_over(

@@ -27,12 +27,11 @@ from service.delivery.reaper import reap_all
 from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, partly_served, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
+from tests.cluster import LocalCluster, partly_served, slot_of
+from tests.service.failover import TIMEOUT_S, copied, failed_over, on_dead, paced, restored
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
-DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
 TTL_MS = 30_000  # the lease's TTL: its deadline is far, so only the beat's reach is measured
 
 
@@ -43,25 +42,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _on_dead() -> str:
-    """A schedule id whose slot is in ``DEAD``."""
-    return next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in DEAD)
-
-
-def _copied(port: int, slot: int) -> list[tuple[str, int, bytes]]:
-    """Every key of ``slot`` at the master on ``port``: name, ms left (0: none), its ``DUMP``."""
-    with redis.Redis(port=port) as node:
-        names = node.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
-        return [(name.decode(), max(int(node.pttl(name)), 0), node.dump(name)) for name in names]
-
-
-def _restored(port: int, keys: list[tuple[str, int, bytes]]) -> None:
-    """``keys`` written at the master on ``port``, as its replica held them."""
-    with redis.Redis(port=port) as node:
-        for name, left_ms, dumped in keys:
-            node.restore(name, left_ms, dumped, replace=True)
-
-
 def _lease_failed_over(cluster: LocalCluster) -> tuple[Delivery, Lease]:
     """A lease held on the last master's schedule; that master killed, the client's map read again
     (a claim's call meets it: still the old master), then its slot failed over to another master with
@@ -70,18 +50,18 @@ def _lease_failed_over(cluster: LocalCluster) -> tuple[Delivery, Lease]:
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
     )
     client = paced(delivery)
-    sid = _on_dead()
+    sid = on_dead()
     publish(delivery, sid, {"w": [item("p", 0, 5)]}, lease_ttl_ms=TTL_MS)
     (lease,) = delivery.claim(sid, "w", 1)
     meta = delivery.keys(sid).meta
     old = client.get_node_from_key(meta).port  # type: ignore[no-untyped-call]
     live = [node.port for node in cluster.nodes if node.port != old]  # the first takes its slot
-    held = _copied(old, slot_of(sid))
+    held = copied(old, slot_of(sid))
     next(node for node in cluster.nodes if node.port == old).kill()
     with pytest.raises(redis.ConnectionError):  # a claim's call: the client's refresh not due (``paced``)
         client.get(meta)
-    _failed_over(live, {slot_of(sid)})
-    _restored(live[0], held)
+    failed_over(live, {slot_of(sid)})
+    restored(live[0], held)
     return delivery, lease
 
 

@@ -30,9 +30,8 @@ from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import WorkerSession
 from service.sidecar.session_settings import SessionSettings
 from tests.cluster import LocalCluster, partly_served, slot_of
-from tests.service.learning.test_keeper_failover_fresh_map import TIMEOUT_S, _failed_over, paced
+from tests.service.failover import TIMEOUT_S, copied, failed_over, on_dead, paced, restored
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_heartbeat_failover_fresh_map import _copied, _on_dead, _restored
 
 pytestmark = pytest.mark.slow
 TTL_MS = 30_000  # the lease's TTL: it lives through the test, so only the call's reach is measured
@@ -54,7 +53,7 @@ def _failed_over_after_a_claim(cluster: LocalCluster) -> tuple[WorkerSession, He
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
     )
     client = paced(delivery)
-    sid = _on_dead()
+    sid = on_dead()
     publish(delivery, sid, {"w": [item("p", 0, 5), item("q", 0, 5)]}, lease_ttl_ms=TTL_MS)
     session = WorkerSession(delivery, Holdings(2), SessionSettings("w", retry_for_s=0.0))
     (held,) = asyncio.run(session.claim(1))
@@ -62,12 +61,12 @@ def _failed_over_after_a_claim(cluster: LocalCluster) -> tuple[WorkerSession, He
     old = client.get_node_from_key(meta).port  # type: ignore[no-untyped-call]
     live = [node.port for node in cluster.nodes if node.port != old]  # the first takes its slot
     assert client.get_node_from_key(f"{delivery.prefix}:inbox:{{w}}").port != old  # type: ignore[no-untyped-call]
-    keys = _copied(old, slot_of(sid))
+    keys = copied(old, slot_of(sid))
     next(node for node in cluster.nodes if node.port == old).kill()
     with pytest.raises(redis.ConnectionError):  # a call: the client's refresh not due (``paced``)
         client.get(meta)
-    _failed_over(live, {slot_of(sid)})
-    _restored(live[0], keys)
+    failed_over(live, {slot_of(sid)})
+    restored(live[0], keys)
     return session, held
 
 

@@ -1,0 +1,62 @@
+"""A failover staged by hand on a real 3-master Redis Cluster (``LocalCluster``, no replicas): the
+service's client with its own map refresh paced, a master's slots given to a live master, and a
+schedule's keys copied there as a replica holds them. The step keeper's, the heartbeat's, the hand
+back's, the reports' and the delivery's failover tests share it, so a change to how a failover is
+staged reaches them all at once, rather than through one test module's private names."""
+
+from __future__ import annotations
+
+import redis
+from redis.cluster import RedisCluster
+
+from service.delivery import Delivery
+from tests.cluster import SLOTS, slot_of
+
+TIMEOUT_S = 0.25  # the service's client at a short timeout
+# redis-py's ``topology_refresh_min_interval`` (1 s by default: no refresh on an error sooner after one),
+# stretched to an hour on the tests' clients (``paced``): a loaded host took over a second between the
+# map's read and the walk, whose first try then met a refresh already due, not the case under test
+PACED_S = 3600.0
+DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
+Copied = tuple[str, int, bytes]  # a key as ``copied`` reads it: name, ms left (0: none), its DUMP
+
+
+def paced(delivery: Delivery) -> RedisCluster:
+    """``delivery``'s cluster client, its own map refresh on an error paced to ``PACED_S``: only a
+    walk's own read (``remap``) can find a failed-over slot's new master within a test."""
+    client = delivery.client
+    assert isinstance(client, RedisCluster)
+    client.nodes_manager._topology_refresh_min_interval = PACED_S
+    return client
+
+
+def failed_over(live: list[int], slots: set[int]) -> None:
+    """``slots`` given to the master at ``live[0]`` (its epoch bumped, so its claim wins), and told to
+    every live master at once (gossip would take up to a second of the window under test)."""
+    with redis.Redis(port=live[0]) as client:
+        me = client.execute_command("CLUSTER", "MYID")
+    for port in live:
+        with redis.Redis(port=port) as client:
+            for slot in slots:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", me)
+    with redis.Redis(port=live[0]) as client:
+        client.execute_command("CLUSTER", "BUMPEPOCH")
+
+
+def on_dead() -> str:
+    """A schedule id whose slot is in ``DEAD``: on the master the failover tests kill."""
+    return next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in DEAD)
+
+
+def copied(port: int, slot: int) -> list[Copied]:
+    """Every key of ``slot`` at the master on ``port``: what its replica would hold when it fails."""
+    with redis.Redis(port=port) as node:
+        names = node.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        return [(name.decode(), max(int(node.pttl(name)), 0), node.dump(name)) for name in names]
+
+
+def restored(port: int, keys: list[Copied]) -> None:
+    """``keys`` written at the master on ``port``, as its replica held them once promoted."""
+    with redis.Redis(port=port) as node:
+        for name, left_ms, dumped in keys:
+            node.restore(name, left_ms, dumped, replace=True)
