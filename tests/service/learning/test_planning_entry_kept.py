@@ -17,10 +17,10 @@ from service.delivery import keys as keyspace
 from service.pipeline import step_keeper
 from service.pipeline.step_keeper import Entry, StepKeeper
 from tests.service.api_helpers import batch_body
-from tests.service.learning.test_retrain_settled_step import (
-    _prompts_from,
-    _ran_and_reported,
-    _retrained_steps,
+from tests.service.learning.step_two import (
+    prompts_from,
+    ran_and_reported,
+    retrained_steps,
 )
 from tests.service.overrun import overrunning
 
@@ -40,14 +40,14 @@ def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves
     keeper = StepKeeper()  # its own: the process's may be asleep for an earlier test's 15 s
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
-    body = batch_body(prompts=4, step=2, time_budget_ms=10) | {"batch": _prompts_from(8, 4)}
+    body = batch_body(prompts=4, step=2, time_budget_ms=10) | {"batch": prompts_from(8, 4)}
     answers: list[int] = []
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))
     thread.start()
     assert past.wait(60)
-    fitted = _retrained_steps(client, tmp_path)
+    fitted = retrained_steps(client, tmp_path)
     release.set()
     thread.join(30)
     assert answers == [200]

@@ -17,7 +17,7 @@ from redis.exceptions import OutOfMemoryError, SlotNotCoveredError
 from service.delivery import Delivery
 from service.delivery import keys as keyspace
 from tests.service.api_helpers import batch_body
-from tests.service.learning.test_retrain_settled_step import _prompts_from
+from tests.service.learning.step_two import prompts_from
 
 PLANNING = keyspace.step_planning(2)
 TIMEOUT_S = 0.2  # the service's command timeout: three tries and their backoff are under a second
@@ -26,7 +26,7 @@ PAUSED_MS = 5_000  # longer than those tries: the write fails, whatever the host
 
 def _second_part(**extra: Any) -> dict[str, Any]:
     """Step 2's second part (4 prompts x 4, numbered after a first part's 8)."""
-    return batch_body(prompts=4, step=2, **extra) | {"batch": _prompts_from(8, 4)}
+    return batch_body(prompts=4, step=2, **extra) | {"batch": prompts_from(8, 4)}
 
 
 def _paused_for_the_entry(monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis) -> list[str]:

@@ -17,11 +17,11 @@ from predictors.tracetable import Trace
 from service.learning.models import ModelService
 from service.learning.step_over import LastStep, StepReports
 from tests.service.api_helpers import AppFactory, actual_report
-from tests.service.learning.test_retrain_settled_step import (
-    _finish,
-    _publish_step_2,
-    _report,
-    _retrained_steps,
+from tests.service.learning.step_two import (
+    finish,
+    publish_step_2,
+    report,
+    retrained_steps,
 )
 
 
@@ -33,9 +33,9 @@ def test_a_step_s_first_actuals_folded_during_a_retrain_do_not_get_the_step_in_f
     them, which it can wherever the sync lock is free) before it takes the history. Read apart, the
     history's newest step (3) was not the reports' (2), and step 2, in flight, was fitted whole."""
     planner, other = make_client(), make_client()
-    leases = _publish_step_2(planner, redis_client, "step-2")
-    _finish(redis_client, leases[:16])
-    _report(planner, leases[:16], "step-2")
+    leases = publish_step_2(planner, redis_client, "step-2")
+    finish(redis_client, leases[:16])
+    report(planner, leases[:16], "step-2")
     models: ModelService = other.app.state.context.models  # type: ignore[attr-defined]
     landed: list[bool] = []
     read_reports, read_history = StepReports.last, History.held
@@ -62,7 +62,7 @@ def test_a_step_s_first_actuals_folded_during_a_retrain_do_not_get_the_step_in_f
 
     monkeypatch.setattr(StepReports, "last", reports_then_next_step)
     monkeypatch.setattr(History, "held", history_after_the_fold)
-    assert _retrained_steps(other, tmp_path) == [0, 1]
+    assert retrained_steps(other, tmp_path) == [0, 1]
     assert landed
 
 
@@ -73,11 +73,11 @@ def test_a_service_without_the_delivery_s_keys_leaves_a_named_last_step_out(
     the delivery's keys; one built without them (``delivery=None``) cannot tell, and leaves it out
     (where it fitted it whole, though its docs said such a step never is over)."""
     client = make_client()
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases)
-    _report(client, leases, "step-2")
+    leases = publish_step_2(client, redis_client, "step-2")
+    finish(redis_client, leases)
+    report(client, leases, "step-2")
     served: ModelService = client.app.state.context.models  # type: ignore[attr-defined]
     alone = ModelService(ModelStore(tmp_path / "alone"), served.actuals)
     alone.start()
     assert alone.retrain().rows == 64  # steps 0 and 1, 32 reports each: not step 2's 32
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]

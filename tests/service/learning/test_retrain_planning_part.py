@@ -22,10 +22,10 @@ from service.delivery import Delivery
 from service.delivery import keys as keyspace
 from service.pipeline import stages
 from tests.service.api_helpers import batch_body
-from tests.service.learning.test_retrain_settled_step import (
-    _prompts_from,
-    _ran_and_reported,
-    _retrained_steps,
+from tests.service.learning.step_two import (
+    prompts_from,
+    ran_and_reported,
+    retrained_steps,
 )
 
 PLANNING = keyspace.step_planning(2)
@@ -33,7 +33,7 @@ PLANNING = keyspace.step_planning(2)
 
 def _second_part(**extra: Any) -> dict[str, Any]:
     """Step 2's second part (4 prompts x 4, numbered after the first part's 8)."""
-    return batch_body(prompts=4, step=2, **extra) | {"batch": _prompts_from(8, 4)}
+    return batch_body(prompts=4, step=2, **extra) | {"batch": prompts_from(8, 4)}
 
 
 def _while_planning(monkeypatch: pytest.MonkeyPatch, during: Callable[[], None]) -> None:
@@ -70,14 +70,14 @@ def test_a_retrain_asked_while_a_second_part_plans_leaves_the_step_out(
 ) -> None:
     """Step 2's first part run and reported (over alone); its second part is planning when a retrain
     is asked, and publishes after it: the step is left out, where it was fitted on the first part."""
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     planning, release = _held_while_planning(monkeypatch)
     answers: list[int] = []
     body = _second_part(**chosen)
     thread = threading.Thread(target=lambda: answers.append(client.post("/schedule", json=body).status_code))
     thread.start()
     assert planning.wait(30)
-    fitted = _retrained_steps(client, tmp_path)
+    fitted = retrained_steps(client, tmp_path)
     release.set()
     thread.join(30)
     assert answers == [200]
@@ -94,7 +94,7 @@ def test_a_retrain_asked_while_a_second_part_waits_for_a_planning_thread_leaves_
     """One planning thread, held by a dry run planning; step 2's second part waits in line for it,
     not validated yet, when a retrain is asked: the step is left out (its entry was written as it
     arrived), where it was fitted on the first part alone and the second published after it."""
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     one = anyio.CapacityLimiter(1)
     monkeypatch.setattr(schedules, "_own_threads", lambda request, pool: one)
     planning, release = _held_while_planning(monkeypatch)
@@ -109,7 +109,7 @@ def test_a_retrain_asked_while_a_second_part_waits_for_a_planning_thread_leaves_
     assert planning.wait(30)
     waiting = post(_second_part(schedule_id="step-2b"))
     assert _eventually(lambda: one.statistics().tasks_waiting == 1)
-    fitted = _retrained_steps(client, tmp_path)
+    fitted = retrained_steps(client, tmp_path)
     release.set()
     dry.join(30)
     waiting.join(30)
@@ -201,10 +201,10 @@ def test_an_entry_past_its_deadline_is_no_part(
 ) -> None:
     """A replica that died planning a part leaves its entry: once past its deadline, the step is over
     again (before it, the entry keeps it out, as a live request's)."""
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     Delivery(redis_client).enter_planning(2, "step-2b dead", 1)
     time.sleep(0.05)
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]
 
 
 def test_an_entry_write_failing_outside_redis_takes_the_in_flight_mark_back(

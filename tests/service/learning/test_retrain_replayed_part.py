@@ -13,29 +13,29 @@ from fastapi.testclient import TestClient
 from service.delivery import Delivery
 from service.delivery import keys as keyspace
 from tests.service.api_helpers import batch_body
-from tests.service.learning.test_retrain_settled_step import (
-    _finish,
-    _prompts_from,
-    _publish_second_part,
-    _ran_and_reported,
-    _report,
-    _retrained_steps,
+from tests.service.learning.step_two import (
+    finish,
+    prompts_from,
+    publish_second_part,
+    ran_and_reported,
+    report,
+    retrained_steps,
 )
 
 
 def _second_part_body() -> dict[str, object]:
-    return batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
+    return batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": prompts_from(8, 4)}
 
 
 def _published_with_its_answer_lost(client: TestClient, redis_client: redis.Redis) -> None:
     """``step-2b`` stored and announced, but not in the step's set: what a publish whose reply
     Redis never gave leaves (the request answered 503 before it entered the set)."""
-    _publish_second_part(client)
+    publish_second_part(client)
     redis_client.srem(keyspace.step_schedules(2), "step-2b")
 
 
 def test_a_replayed_part_enters_its_step_s_set(client: TestClient, redis_client: redis.Redis) -> None:
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     _published_with_its_answer_lost(client, redis_client)
     response = client.post("/schedule", json=_second_part_body())
     assert response.status_code == 200
@@ -46,12 +46,12 @@ def test_a_replayed_part_enters_its_step_s_set(client: TestClient, redis_client:
 def test_a_replayed_part_settled_but_not_reported_keeps_the_step_open(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    _ran_and_reported(client, redis_client, "step-2a")
+    ran_and_reported(client, redis_client, "step-2a")
     _published_with_its_answer_lost(client, redis_client)
     assert client.post("/schedule", json=_second_part_body()).status_code == 200
     delivery = Delivery(redis_client)
     leases = [*delivery.claim("step-2b", "w0", 64), *delivery.claim("step-2b", "w1", 64)]
-    _finish(redis_client, leases)
-    assert _retrained_steps(client, tmp_path) == [0, 1]
-    _report(client, leases, "step-2b")
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    finish(redis_client, leases)
+    assert retrained_steps(client, tmp_path) == [0, 1]
+    report(client, leases, "step-2b")
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]

@@ -3,105 +3,53 @@ or each trajectory reported), and still leaves it out mid-step, on the real embe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import redis
 from fastapi.testclient import TestClient
 
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
-from service.delivery import CompletionOutcome, Delivery, Lease, TrajectoryResult
 from service.learning.step_over import StepReports
-from tests.service.api_helpers import AppFactory, actual_history, actual_report, batch_body
-
-DONE = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
-
-
-def _fitted_steps(tmp_path: Path, version: str) -> list[int]:
-    meta = json.loads((tmp_path / "models" / f"v{int(version[1:]):06d}" / "metadata.json").read_text())
-    steps: list[int] = meta["steps"]
-    return steps
-
-
-def _publish_step_2(client: TestClient, redis_client: redis.Redis, schedule_id: str) -> list[Lease]:
-    """Steps 0 and 1 reported (no schedule), step 2 published as ``schedule_id`` (8 prompts x 4 on
-    two workers) and all 32 of its trajectories leased; the leases."""
-    assert client.post("/actuals", json={"actuals": actual_history(steps=2)}).status_code == 200
-    body = batch_body(step=2, schedule_id=schedule_id)
-    assert client.post("/schedule", json=body).status_code == 200
-    delivery = Delivery(redis_client)
-    leases = [*delivery.claim(schedule_id, "w0", 64), *delivery.claim(schedule_id, "w1", 64)]
-    assert len(leases) == 32
-    return leases
-
-
-def _finish(redis_client: redis.Redis, leases: list[Lease]) -> None:
-    delivery = Delivery(redis_client)
-    for lease in leases:
-        assert delivery.complete(lease, DONE) is CompletionOutcome.ACCEPTED
-
-
-def _report(client: TestClient, leases: list[Lease], schedule_id: str | None, partial: bool = False) -> None:
-    named = {} if schedule_id is None else {"schedule_id": schedule_id}
-    reports = [actual_report(2, int(le.item.prompt_id[1:]), le.item.sample_idx) | named for le in leases]
-    body = {"actuals": reports} | ({"partial": True} if partial else {})
-    assert client.post("/actuals", json=body).status_code == 200
-
-
-def _ran_and_reported(client: TestClient, redis_client: redis.Redis, schedule_id: str) -> None:
-    """Step 2 published as ``schedule_id``, each of its trajectories done and reported naming it."""
-    leases = _publish_step_2(client, redis_client, schedule_id)
-    _finish(redis_client, leases)
-    _report(client, leases, schedule_id)
-
-
-def _prompts_from(first: int, count: int) -> dict[str, Any]:
-    """A batch of ``count`` prompts x 4 numbered from ``first`` (step 2's second part)."""
-    items = batch_body(prompts=first + count)["batch"]["items"][first:]
-    return {"items": items}
-
-
-def _publish_second_part(client: TestClient) -> None:
-    """Step 2's second part published as ``step-2b``: prompts 8 to 11, x 4 (none of it leased)."""
-    body = batch_body(prompts=4, step=2, schedule_id="step-2b") | {"batch": _prompts_from(8, 4)}
-    assert client.post("/schedule", json=body).status_code == 200
-
-
-def _retrained_steps(client: TestClient, tmp_path: Path) -> list[int]:
-    response = client.post("/models/retrain")
-    assert response.status_code == 200, response.text
-    return _fitted_steps(tmp_path, response.json()["version"])
+from tests.service.api_helpers import AppFactory, actual_report
+from tests.service.learning.step_two import (
+    finish,
+    fitted_steps,
+    publish_second_part,
+    publish_step_2,
+    ran_and_reported,
+    report,
+    retrained_steps,
+)
 
 
 def test_a_retrain_after_the_step_settled_fits_it(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    _ran_and_reported(client, redis_client, "step-2")
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    ran_and_reported(client, redis_client, "step-2")
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]
 
 
 def test_a_retrain_mid_step_leaves_it_out(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases[:16])
-    _report(client, leases[:16], "step-2")
-    assert _retrained_steps(client, tmp_path) == [0, 1]
-    _finish(redis_client, leases[16:])  # settled, the last 16 not reported yet: still short
-    assert _retrained_steps(client, tmp_path) == [0, 1]
-    _report(client, leases[16:], "step-2")
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    leases = publish_step_2(client, redis_client, "step-2")
+    finish(redis_client, leases[:16])
+    report(client, leases[:16], "step-2")
+    assert retrained_steps(client, tmp_path) == [0, 1]
+    finish(redis_client, leases[16:])  # settled, the last 16 not reported yet: still short
+    assert retrained_steps(client, tmp_path) == [0, 1]
+    report(client, leases[16:], "step-2")
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]
 
 
 def test_actuals_covering_every_trajectory_close_the_step_before_it_settles(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """Workers report before their completions land: each of the 32 is reported, none is done."""
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _report(client, leases, "step-2")
-    assert _retrained_steps(client, tmp_path) == [0, 1, 2]
+    leases = publish_step_2(client, redis_client, "step-2")
+    report(client, leases, "step-2")
+    assert retrained_steps(client, tmp_path) == [0, 1, 2]
 
 
 def test_actuals_naming_no_schedule_leave_the_step_out(
@@ -109,10 +57,10 @@ def test_actuals_naming_no_schedule_leave_the_step_out(
 ) -> None:
     """The schedule settled, but its reports do not say they are its: a step run outside the
     delivery looks the same, and its end is not the service's to see."""
-    leases = _publish_step_2(client, redis_client, "step-2")
-    _finish(redis_client, leases)
-    _report(client, leases, None)
-    assert _retrained_steps(client, tmp_path) == [0, 1]
+    leases = publish_step_2(client, redis_client, "step-2")
+    finish(redis_client, leases)
+    report(client, leases, None)
+    assert retrained_steps(client, tmp_path) == [0, 1]
 
 
 def test_one_actual_of_the_step_naming_no_schedule_keeps_it_open(
@@ -120,26 +68,26 @@ def test_one_actual_of_the_step_naming_no_schedule_keeps_it_open(
 ) -> None:
     """Every trajectory of the schedule reported, and one more of the step that names none: that
     part of the step ran outside the delivery, and may still be running."""
-    _ran_and_reported(client, redis_client, "step-2")
+    ran_and_reported(client, redis_client, "step-2")
     assert client.post("/actuals", json={"actuals": [actual_report(2, 8, 0)]}).status_code == 200
-    assert _retrained_steps(client, tmp_path) == [0, 1]
+    assert retrained_steps(client, tmp_path) == [0, 1]
 
 
 def test_an_unsettled_schedule_that_reported_nothing_keeps_the_step_open(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """The step was published in two parts: the first settled and reported, the second not begun."""
-    _ran_and_reported(client, redis_client, "step-2a")
-    _publish_second_part(client)
-    assert _retrained_steps(client, tmp_path) == [0, 1]
+    ran_and_reported(client, redis_client, "step-2a")
+    publish_second_part(client)
+    assert retrained_steps(client, tmp_path) == [0, 1]
 
 
 def test_the_automatic_retrain_still_fits_only_the_steps_before_its_own(
     client: TestClient, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    _ran_and_reported(client, redis_client, "step-2")
+    ran_and_reported(client, redis_client, "step-2")
     retrainer = client.app.state.context.retrainer  # type: ignore[attr-defined]
-    assert _fitted_steps(tmp_path, retrainer.retrain_now("step", 2).version) == [0, 1]
+    assert fitted_steps(tmp_path, retrainer.retrain_now("step", 2).version) == [0, 1]
 
 
 def _rows(*rows: tuple[int, str, int]) -> Trace:
@@ -175,10 +123,10 @@ def test_a_replica_that_planned_nothing_leaves_a_named_step_out_mid_step(
     balancer) reads the step's own schedules too, and leaves it out: it fitted every row, the
     first finishers of a step in flight among them. Once the step is over, both fit it."""
     planner, other = make_client(), make_client()
-    leases = _publish_step_2(planner, redis_client, "step-2")
-    _finish(redis_client, leases[:16])
-    _report(planner, leases[:16], "step-2")
-    assert _retrained_steps(other, tmp_path) == [0, 1]
-    _finish(redis_client, leases[16:])
-    _report(planner, leases[16:], "step-2")
-    assert _retrained_steps(other, tmp_path) == [0, 1, 2]
+    leases = publish_step_2(planner, redis_client, "step-2")
+    finish(redis_client, leases[:16])
+    report(planner, leases[:16], "step-2")
+    assert retrained_steps(other, tmp_path) == [0, 1]
+    finish(redis_client, leases[16:])
+    report(planner, leases[16:], "step-2")
+    assert retrained_steps(other, tmp_path) == [0, 1, 2]
