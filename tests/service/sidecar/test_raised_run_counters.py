@@ -25,13 +25,11 @@ from service.delivery.protocol import Delivery
 from service.ports import free_port
 from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import launch
-from service.sidecar.launch import CannotListenError, SidecarOptions
-from service.sidecar.session_settings import SessionStats
+from service.sidecar.launch import CannotListenError
 from service.sidecar.supervision import LoopDiedError
+from tests.service.sidecar.command_run import ARGS, balanced, caller_app, counted_then_raising
 from tests.service.sidecar.procs import ROOT, Cluster, Proc, bound_url, cluster, item, publish, wait_http
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, _caller_app
 
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 RAISED: dict[str, tuple[BaseException, int, str]] = {  # what the run raised: its status and line
     "loop-died": (
         LoopDiedError("heartbeat loop", ZeroDivisionError("division by zero")),
@@ -52,25 +50,15 @@ RAISED: dict[str, tuple[BaseException, int, str]] = {  # what the run raised: it
 }
 
 
-def _counted_then_raising(error: BaseException) -> Any:
-    """A run (either mode's) that counts three claims, two accepted and one released, then raises."""
-
-    def run(_: SidecarOptions, stats: SessionStats) -> SessionStats:
-        stats.claimed, stats.accepted, stats.released = 3, 2, 1
-        raise error
-
-    return run
-
-
 @pytest.mark.parametrize("mode", ["push", "pull"])
 @pytest.mark.parametrize("name", RAISED)
 def test_a_run_that_raised_prints_its_counters_and_error_and_keeps_its_status(
     name: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     error, status, reason = RAISED[name]
-    monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(error))
+    monkeypatch.setattr(launch, f"run_{mode}", counted_then_raising(error))
     args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
-    result = CliRunner().invoke(_caller_app(), args)
+    result = CliRunner().invoke(caller_app(), args)
     assert result.exit_code == status
     assert result.stderr.strip() == f"sidecar: {reason}"
     (line,) = result.stdout.splitlines()
@@ -122,12 +110,6 @@ def _exit_and_counters(sidecar: Proc) -> tuple[int, dict[str, Any]]:
     return sidecar.popen.wait(timeout=30), counters
 
 
-def _balanced(counters: dict[str, Any]) -> bool:
-    """Whether every lease taken ended once in the counters (docs/sidecar.md)."""
-    taken = counters["claimed"] + counters["stolen"] + counters["inherited"]
-    return bool(taken == sum(counters[name] for name in ENDS))
-
-
 def test_a_push_sidecar_whose_heartbeat_loop_died_prints_what_it_had_counted(
     redis_client: redis.Redis, redis_url: str, engine_url: str, tmp_path: Path
 ) -> None:
@@ -140,7 +122,7 @@ def test_a_push_sidecar_whose_heartbeat_loop_died_prints_what_it_had_counted(
     assert status == 70, sidecar.log.read_text()[-2000:]
     assert counters["worker_id"] == "w0"
     assert counters["accepted"] >= 2
-    assert _balanced(counters), counters
+    assert balanced(counters), counters
     assert counters["error"].startswith("the sidecar's heartbeat loop died (ZeroDivisionError")
 
 
@@ -159,5 +141,5 @@ def test_a_pull_sidecar_whose_heartbeat_loop_died_prints_what_it_had_counted(
         status, counters = _exit_and_counters(sidecar)
     assert status == 70, sidecar.log.read_text()[-2000:]
     assert (counters["claimed"], counters["accepted"]) == (1, 1)
-    assert _balanced(counters), counters
+    assert balanced(counters), counters
     assert counters["error"].startswith("the sidecar's heartbeat loop died (ZeroDivisionError")

@@ -18,8 +18,7 @@ import pytest
 
 from service import cli_app
 from service.ports import free_port
-from tests.service.sidecar.test_stop_in_a_bug import _after_a_dropped_error, stopped_by_the_runs_own_handlers
-from tests.service.sidecar.test_stop_signals_in_process import ARGS
+from tests.service.sidecar.command_run import ARGS, after_a_dropped_error, stopped_by_the_runs_own_handlers
 
 
 @pytest.mark.timeout(60)  # a stop lost would serve until this
@@ -29,6 +28,6 @@ def test_a_stop_held_while_the_command_line_loads_stops_the_run_once_its_handler
 ) -> None:
     """The SIGTERM lands between the entry's ``arm`` and the command's (``cli_app.run`` is what
     the entry calls once the command line is imported), with an error handled and dropped."""
-    monkeypatch.setattr(cli_app, "run", _after_a_dropped_error(cli_app.run))
+    monkeypatch.setattr(cli_app, "run", after_a_dropped_error(cli_app.run))
     tail = ARGS[5:] if mode == "push" else ["--pull-api", str(free_port())]
     stopped_by_the_runs_own_handlers(redis_url, tail, monkeypatch, capsys)

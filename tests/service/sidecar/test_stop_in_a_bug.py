@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -28,8 +27,14 @@ from service.ports import free_port
 from service.sidecar import early_stop, launch, pull_api
 from service.sidecar.session_settings import SessionStats
 from tests.service.interrupt import handlers_kept
-from tests.service.sidecar.test_stop_in_a_refusal import PULL_ARGS, _signalled_on_the_way_out
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, STOP
+from tests.service.sidecar.command_run import (
+    ARGS,
+    PULL_ARGS,
+    STOP,
+    after_a_dropped_error,
+    signalled_on_the_way_out,
+    stopped_by_the_runs_own_handlers,
+)
 
 
 def _bug(*_: Any, **__: Any) -> Any:
@@ -56,10 +61,10 @@ def test_a_stop_as_a_bug_leaves_the_start_keeps_its_traceback_and_counters_line(
     """Push: ``launch.connected`` raises, the SIGTERM lands in its ``finally``; pull: the app's
     making does, before the server's handlers are in."""
     if mode == "push":
-        monkeypatch.setattr(launch, "connected", _signalled_on_the_way_out(_bug))
+        monkeypatch.setattr(launch, "connected", signalled_on_the_way_out(_bug))
         args = ARGS
     else:
-        monkeypatch.setattr(pull_api, "create_pull_app", _signalled_on_the_way_out(_bug))
+        monkeypatch.setattr(pull_api, "create_pull_app", signalled_on_the_way_out(_bug))
         args = [*PULL_ARGS, str(free_port())]
     raised, out, err = _console_script_raising(args, monkeypatch, capsys)
     assert isinstance(raised, ZeroDivisionError)  # uncaught: its traceback, exit 1
@@ -72,20 +77,6 @@ def test_a_stop_as_a_bug_leaves_the_start_keeps_its_traceback_and_counters_line(
     assert "before the run started" not in err
 
 
-def _after_a_dropped_error(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn``, called after a SIGTERM to this process that landed while an error was handled and
-    dropped (an ``except`` that goes on, as a library's fallback does)."""
-
-    def hooked(*args: Any, **kwargs: Any) -> Any:
-        try:
-            raise KeyError("a library's fallback")
-        except KeyError:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return fn(*args, **kwargs)
-
-    return hooked
-
-
 @pytest.mark.timeout(60)  # a stop held and never acted on would serve until this
 @pytest.mark.parametrize("mode", ["push", "pull"])
 def test_a_stop_that_met_an_error_handled_and_dropped_stops_the_run_once_its_handlers_are_in(
@@ -94,28 +85,12 @@ def test_a_stop_that_met_an_error_handled_and_dropped_stops_the_run_once_its_han
     """Push: the error is dropped in ``launch.connected``, the relay's handlers then stop the run;
     pull: in the app's making, and the server, started, stops at once (review48a: pull untested)."""
     if mode == "push":
-        monkeypatch.setattr(launch, "connected", _after_a_dropped_error(launch.connected))
+        monkeypatch.setattr(launch, "connected", after_a_dropped_error(launch.connected))
         tail = ARGS[5:]
     else:
-        monkeypatch.setattr(pull_api, "create_pull_app", _after_a_dropped_error(pull_api.create_pull_app))
+        monkeypatch.setattr(pull_api, "create_pull_app", after_a_dropped_error(pull_api.create_pull_app))
         tail = ["--pull-api", str(free_port())]
     stopped_by_the_runs_own_handlers(redis_url, tail, monkeypatch, capsys)
-
-
-def stopped_by_the_runs_own_handlers(
-    redis_url: str, tail: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Run the ``sidecar`` console script (``ARGS``' first three, then ``tail``) with a stop planted
-    in its start: it exits 0 with an empty counters line, stopped by its run's own handlers (not the
-    early ones' "before the run started")."""
-    monkeypatch.setattr(sys, "argv", ["rollout-scheduler", *ARGS[:3], "--redis-url", redis_url, *tail])
-    capsys.readouterr()
-    with handlers_kept(STOP), pytest.raises(SystemExit) as exited:
-        cli.main()
-    out, err = capsys.readouterr()
-    assert exited.value.code in (0, None)
-    assert json.loads(out) == {"worker_id": "w", **asdict(SessionStats())}
-    assert "before the run started" not in err  # the run's own stop: it had begun
 
 
 def test_a_stop_held_as_the_cluster_wait_handled_its_error_stops_it_at_its_sleep() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,21 +29,7 @@ from service.sidecar import launch
 from service.sidecar.health import HealthServer
 from service.sidecar.supervision import LoopDiedError
 from tests.service.interrupt import handlers_kept
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, STOP
-
-PULL_ARGS = [*ARGS[:-2], "--pull-api"]  # and a port
-
-
-def _signalled_on_the_way_out(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn``, which raises, with a SIGTERM to this process from the ``finally`` it raises through."""
-
-    def hooked(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return hooked
+from tests.service.sidecar.command_run import ARGS, PULL_ARGS, STOP, signalled_on_the_way_out
 
 
 def _console_script(
@@ -96,7 +81,7 @@ def test_a_stop_as_a_taken_port_is_raised_exits_2(
     mode: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The health port (push) or the pull API's, taken; the SIGTERM lands as the bind's error leaves."""
-    bind = _signalled_on_the_way_out(_taken)
+    bind = signalled_on_the_way_out(_taken)
     if mode == "push":
         monkeypatch.setattr(HealthServer, "start", bind)
         args = [*ARGS, "--health-port", str(free_port())]
@@ -111,7 +96,7 @@ def test_a_stop_as_a_taken_port_is_raised_exits_2(
 def test_a_stop_as_a_flag_is_refused_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sidecar_command, "checked", _signalled_on_the_way_out(sidecar_checks.checked))
+    monkeypatch.setattr(sidecar_command, "checked", signalled_on_the_way_out(sidecar_checks.checked))
     status, out, err = _console_script([*ARGS, "--idle-poll", "0"], monkeypatch, capsys)
     assert (status, out) == (2, "")
     assert err.splitlines()[-1] == "sidecar: idle-poll=0.0: must be >= 0.001"
@@ -134,7 +119,7 @@ def test_a_stop_as_a_run_raises_keeps_its_status(
     def raises(*_: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(launch, f"run_{mode}", _signalled_on_the_way_out(raises))
+    monkeypatch.setattr(launch, f"run_{mode}", signalled_on_the_way_out(raises))
     args = [*PULL_ARGS, str(free_port())] if mode == "pull" else ARGS
     status, out, err = _console_script(args, monkeypatch, capsys)
     assert (status, err.splitlines()[-1]) == (expected, f"sidecar: {error}")

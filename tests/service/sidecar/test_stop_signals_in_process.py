@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from service import cli
-from service.commands import sidecar as sidecar_command
 from service.ports import free_port
 from service.redis_conn import RedisRefusedError, RedisTooOldError
 from service.sidecar import early_stop, launch, runner
@@ -28,17 +26,7 @@ from service.sidecar.launch import CannotListenError, SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 from tests.service.interrupt import handlers_kept
-
-ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
-STOP = (signal.SIGTERM, signal.SIGINT)
-
-
-def _caller_app() -> typer.Typer:
-    """The command registered in a caller's own Typer app, as a program that embeds it does."""
-    app = typer.Typer()
-    app.add_typer(typer.Typer(), name="bench")
-    sidecar_command.register(app, typer.Typer())
-    return app
+from tests.service.sidecar.command_run import ARGS, STOP, caller_app
 
 
 def _run_push(redis_url: str) -> None:
@@ -74,7 +62,7 @@ def returning_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.usefixtures("returning_run")
 def test_a_caller_running_the_command_in_its_own_process_still_hears_the_stop_signals() -> None:
     before = {sig: signal.getsignal(sig) for sig in STOP}
-    result = CliRunner().invoke(_caller_app(), ARGS)
+    result = CliRunner().invoke(caller_app(), ARGS)
     assert result.exit_code == 0, result.output
     assert {sig: signal.getsignal(sig) for sig in STOP} == before
 
@@ -206,7 +194,7 @@ def test_a_caller_running_the_command_keeps_its_handlers_after_a_run_that_raised
     monkeypatch.setattr(launch, "run_push", _raising(error))
     with handlers_kept(STOP):
         before = {sig: signal.getsignal(sig) for sig in STOP}
-        result = CliRunner().invoke(_caller_app(), ARGS)
+        result = CliRunner().invoke(caller_app(), ARGS)
         after = {sig: signal.getsignal(sig) for sig in STOP}
     assert result.exit_code == status, result.output
     assert after == before

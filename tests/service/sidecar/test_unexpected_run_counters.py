@@ -29,9 +29,8 @@ from service.delivery.protocol import Delivery
 from service.ports import free_port
 from service.sidecar import launch
 from service.sidecar.launch import CannotListenError
+from tests.service.sidecar.command_run import ARGS, balanced, caller_app, counted_then_raising
 from tests.service.sidecar.procs import PROCESS_START_S, ROOT, Proc, cluster, item, publish, wait_until
-from tests.service.sidecar.test_raised_run_counters import _balanced, _counted_then_raising
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, _caller_app
 
 BUGS: dict[str, tuple[Exception, str]] = {  # what the run raised, and the traceback's last line
     "a bug": (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
@@ -52,9 +51,9 @@ def test_a_run_that_raised_a_bug_prints_its_counters_and_the_traceback_s_last_li
     name: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     error, last_line = BUGS[name]
-    monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(error))
+    monkeypatch.setattr(launch, f"run_{mode}", counted_then_raising(error))
     args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
-    result = CliRunner().invoke(_caller_app(), args)
+    result = CliRunner().invoke(caller_app(), args)
     assert result.exit_code == 1
     assert result.exception is error  # not caught: the console script prints its traceback
     assert "cannot listen" not in result.stderr
@@ -69,9 +68,9 @@ def test_a_run_that_raised_a_bug_prints_its_counters_and_the_traceback_s_last_li
 def test_a_port_taken_at_the_bind_is_still_exit_2_cannot_listen(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(launch, f"run_{mode}", _counted_then_raising(CannotListenError(98, "in use")))
+    monkeypatch.setattr(launch, f"run_{mode}", counted_then_raising(CannotListenError(98, "in use")))
     args = [*ARGS[:-2], "--pull-api", str(free_port())] if mode == "pull" else ARGS
-    result = CliRunner().invoke(_caller_app(), args)
+    result = CliRunner().invoke(caller_app(), args)
     assert result.exit_code == 2
     assert result.stderr.strip() == "sidecar: cannot listen: [Errno 98] in use"
 
@@ -121,5 +120,5 @@ def test_a_push_sidecar_whose_shutdown_raised_a_bug_prints_what_it_had_counted(
     assert crash["message"] == "uncaught ZeroDivisionError: a bug in the shutdown"
     assert "Traceback (most recent call last)" in stderr
     assert (counters["worker_id"], counters["accepted"]) == ("w0", 3)
-    assert _balanced(counters), counters
+    assert balanced(counters), counters
     assert counters["error"] == "ZeroDivisionError: a bug in the shutdown"
