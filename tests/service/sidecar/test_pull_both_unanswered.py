@@ -18,8 +18,14 @@ import pytest
 import redis
 
 from service.sidecar.pull_state import PullState
+from tests.service.sidecar.pull_resends import (
+    HOLD_BOUND_S,
+    ends_counted,
+    one_item_published,
+    results_unanswered_session,
+    serve_bounded,
+)
 from tests.service.sidecar.pullclient import report_body
-from tests.service.sidecar.test_pull_fail_resends import BOUND_S, _ended, _published, _serve, _session
 
 CASES = [
     # (the /fail landed, the /done landed, resends unanswered at the first beat, end, listed lost)
@@ -44,8 +50,8 @@ def test_a_lease_whose_fail_and_done_both_went_unanswered_ends_once_through_the_
 ) -> None:
     """Three beats past the hold bound: the lease ends at the first answered resend, counted once as
     the report that landed, and ``GET /leases`` lists it lost once when the failure took it."""
-    store = _published(redis_url)
-    delivery, clock, session = _session(redis_url, lands=fail_lands)
+    store = one_item_published(redis_url)
+    delivery, clock, session = results_unanswered_session(redis_url, lands=fail_lands)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
@@ -56,7 +62,7 @@ def test_a_lease_whose_fail_and_done_both_went_unanswered_ends_once_through_the_
         delivery.out.clear()
         if out:
             {"failure": delivery.fails_out, "result": delivery.results_out}[out].set()
-        clock[0] = BOUND_S + 1
+        clock[0] = HOLD_BOUND_S + 1
         lost = 0
         for _ in range(3):
             await state.beat()
@@ -65,7 +71,7 @@ def test_a_lease_whose_fail_and_done_both_went_unanswered_ends_once_through_the_
             lost += len((await client.get("/leases")).json()["lost"])
         return [unanswered, lost, len(session.holdings)]
 
-    assert _serve(session, script) == [[503, 503], listed, 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {end: 1})
+    assert serve_bounded(session, script) == [[503, 503], listed, 0]
+    assert (session.stats.claimed, ends_counted(session)) == (1, {end: 1})
     progress = store.progress("s")
     assert (progress.done, progress.queued, progress.running) == ((0, 1, 0) if end == "failed" else (1, 0, 0))

@@ -8,44 +8,26 @@ kept reports, which would refuse that retry a lease no longer held."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 import redis
 
 from service.delivery.keys import schedule_keys
-from service.delivery.protocol import Delivery
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import WorkerSession
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.pull_resends import lapse, lapsing_pull
 from tests.service.sidecar.pullclient import serve
-from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered, unanswered_session
-
-TTL_MS = 300  # the lease lapses quickly once nobody heartbeats it
-
-
-def _pull(redis_url: str) -> tuple[UnansweredReports, WorkerSession]:
-    """Worker ``w0``'s one-slot session whose reports go unanswered (never landing) on demand."""
-    publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=TTL_MS)
-    return unanswered_session(redis_url, lands=False)
-
-
-async def _lapse(delivery: Delivery) -> None:
-    """Wait until the unheartbeated lease has lapsed and been reaped."""
-    while delivery.progress("s").running:
-        delivery.reap("s")
-        await asyncio.sleep(0.05)
+from tests.service.sidecar.unanswered import pull_fail_unanswered
 
 
 def test_a_pull_fail_never_answered_and_refused_after_its_lease_lapsed_is_listed_lost(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery, session = _pull(redis_url)
+    delivery, session = lapsing_pull(redis_url)
 
     async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
         _, unanswered = await pull_fail_unanswered(worker, delivery)
-        await _lapse(delivery)
+        await lapse(delivery)
         await state.beat()  # finds it gone: the report sent again is refused
         listed = (await worker.get("/leases")).json()
         lost = [(x["key"], x["token"]) for x in listed["lost"]]  # listed once, this lease
@@ -58,12 +40,12 @@ def test_a_pull_fail_never_answered_and_refused_after_its_lease_lapsed_is_listed
 def test_a_pull_fail_whose_resend_goes_unanswered_too_stays_held_for_the_workers_retry(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    delivery, session = _pull(redis_url)
+    delivery, session = lapsing_pull(redis_url)
 
     async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
         _, unanswered = await pull_fail_unanswered(worker, delivery)
         delivery.out.set()  # Redis's answers still lost
-        await _lapse(delivery)
+        await lapse(delivery)
         await state.beat()  # finds it gone; the resend goes unanswered as well
         return [unanswered, len(session.holdings), len(session.resends)]
 
@@ -76,7 +58,7 @@ def test_a_pull_fail_never_answered_whose_schedule_is_gone_counts_stale_and_is_n
     """Its keys expired (or were removed) meanwhile: the resend is refused ``NOSCHEDULE``, counted
     ``stale`` once, as a ``/done``'s resend is; nothing is left to run it again, and the worker is
     not told of a lost lease."""
-    delivery, session = _pull(redis_url)
+    delivery, session = lapsing_pull(redis_url)
 
     async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
         _, unanswered = await pull_fail_unanswered(worker, delivery)

@@ -11,102 +11,22 @@ hold bound's reason, so a dead letter named the bound, not what the worker said.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
-from service.delivery.protocol import Delivery
-from service.delivery.records import Lease, LeaseSettings, PublishedSchedule
-from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item
-from tests.service.sidecar.pullclient import StateScript, report_body, serve
-from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-BOUND_S = 100.0
-
-
-class UnansweredFailures(UnansweredReports):
-    """``UnansweredReports`` whose failure reports alone also go unanswered while ``fails_out`` is set."""
-
-    def __init__(self, client: redis.Redis, lands: bool) -> None:
-        super().__init__(client, lands)
-        self.fails_out = threading.Event()
-
-    def fail(self, lease: Lease, reason: str, now_ms: int | None = None) -> ReleaseOutcome:
-        if self.fails_out.is_set():
-            self.out.set()
-            try:
-                return super().fail(lease, reason, now_ms)
-            finally:
-                self.out.clear()
-        return super().fail(lease, reason, now_ms)
-
-
-class UnansweredResults(UnansweredFailures):
-    """``UnansweredFailures`` whose completions alone also go unanswered while ``results_out`` is set."""
-
-    def __init__(self, client: redis.Redis, lands: bool) -> None:
-        super().__init__(client, lands)
-        self.results_out = threading.Event()
-
-    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
-        if self.results_out.is_set():
-            self.out.set()
-            try:
-                return super().complete_many(*args, **kwargs)
-            finally:
-                self.out.clear()
-        return super().complete_many(*args, **kwargs)
-
-
-def _published(redis_url: str, max_attempts: int = 5) -> Delivery:
-    """Schedule ``s``: one item ``a#0`` for ``w0``, leases of ten minutes, ``max_attempts``."""
-    delivery = Delivery.from_url(redis_url)
-    lease = LeaseSettings(lease_ttl_ms=600_000, max_attempts=max_attempts)
-    delivery.publish(PublishedSchedule(schedule_id="s", queues={"w0": (item("a", 0, 10),)}, lease=lease))
-    return delivery
-
-
-def _session(redis_url: str, lands: bool) -> tuple[UnansweredResults, list[float], WorkerSession]:
-    """Worker ``w0``'s session of one slot, its reports unanswered on demand, its holdings' clock the
-    test's (``clock[0]``)."""
-    delivery = UnansweredResults(redis.Redis.from_url(redis_url), lands)
-    clock = [0.0]
-    holdings = Holdings(1, clock=lambda: clock[0])
-    return delivery, clock, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0))
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
-
-
-def _serve(session: WorkerSession, script: StateScript) -> Any:
-    """Run ``script(client, state)`` against a pull app around ``session`` (hold bound ``BOUND_S``)."""
-    return serve(session, script, hold_timeout_s=BOUND_S)
-
-
-def _unanswered_fail_held_past_the_bound(redis_url: str) -> tuple[Delivery, WorkerSession]:
-    """Item ``a#0`` (one attempt) pulled, its ``/fail`` (reason ``oom``) never reaching Redis (503),
-    nothing more reported; a beat past the hold bound sends it again and ends the lease. The store
-    and the session, for what each test reads of them."""
-    store = _published(redis_url, max_attempts=1)
-    delivery, clock, session = _session(redis_url, lands=False)
-
-    async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
-        _, unanswered = await pull_fail_unanswered(client, delivery)
-        clock[0] = BOUND_S + 1
-        await state.beat()
-        return [unanswered, len(session.holdings)]
-
-    assert _serve(session, script) == [503, 0]
-    return store, session
+from tests.service.sidecar.pull_resends import (
+    ends_counted,
+    one_item_published,
+    results_unanswered_session,
+    serve_bounded,
+    unanswered_fail_held_past_the_bound,
+)
+from tests.service.sidecar.pullclient import report_body
+from tests.service.sidecar.unanswered import pull_fail_unanswered
 
 
 @pytest.mark.parametrize("resend_answered", [True, False], ids=["resend answered", "resend unanswered"])
@@ -117,8 +37,8 @@ def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_
     (the failure took it) and the failure is sent again: DUPLICATE, ``failed``, and the 409 says the
     item was failed. Its resend unanswered too, the lease is held, listed held no more, and the next
     beat sends it: ``failed``. Before: the refusal counted ``stale`` and nothing sent the failure."""
-    store = _published(redis_url)
-    delivery, _, session = _session(redis_url, lands=True)
+    store = one_item_published(redis_url)
+    delivery, _, session = results_unanswered_session(redis_url, lands=True)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease, unanswered = await pull_fail_unanswered(client, delivery)
@@ -126,15 +46,15 @@ def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_
             delivery.fails_out.set()
         done = await client.post("/done", json=report_body("done", lease))
         told = [done.status_code, done.json()["outcome"], "the item was failed" in done.json()["error"]]
-        held = [len((await client.get("/leases")).json()["held"]), dict(_ended(session))]
+        held = [len((await client.get("/leases")).json()["held"]), dict(ends_counted(session))]
         delivery.fails_out.clear()
         await state.beat()
         return [unanswered, told, held, len(session.holdings)]
 
-    seen = _serve(session, script)
+    seen = serve_bounded(session, script)
     told = [409, "stale", resend_answered]
     assert seen == [503, told, [0, {"failed": 1} if resend_answered else {}], 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_counted(session)) == (1, {"failed": 1})
     after = store.progress("s")
     assert (after.done, after.queued, after.running) == (0, 1, 0)
 
@@ -144,8 +64,8 @@ def test_a_done_after_an_unanswered_fail_that_never_landed_is_accepted(
 ) -> None:
     """The ``/fail`` never reached Redis: the lease is current and the ``/done`` is accepted, the
     result kept; the failure is not sent again (it would be refused: nothing to count twice)."""
-    store = _published(redis_url)
-    delivery, _, session = _session(redis_url, lands=False)
+    store = one_item_published(redis_url)
+    delivery, _, session = results_unanswered_session(redis_url, lands=False)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease, unanswered = await pull_fail_unanswered(client, delivery)
@@ -153,8 +73,8 @@ def test_a_done_after_an_unanswered_fail_that_never_landed_is_accepted(
         await state.beat()
         return [unanswered, done.status_code, done.json()["outcome"], len(session.holdings)]
 
-    assert _serve(session, script) == [503, 200, "accepted", 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {"accepted": 1})
+    assert serve_bounded(session, script) == [503, 200, "accepted", 0]
+    assert (session.stats.claimed, ends_counted(session)) == (1, {"accepted": 1})
     assert store.progress("s").done == 1
 
 
@@ -164,8 +84,8 @@ def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
     """The worker's ``/fail`` (reason ``oom``) never reached Redis, and the worker reported nothing
     more; past its hold bound the sidecar fails the item itself, sending that report again: the dead
     letter (one attempt) names ``oom``. Before: the hold bound's own reason, ``held 101s ...``."""
-    store, session = _unanswered_fail_held_past_the_bound(redis_url)
-    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    store, session = unanswered_fail_held_past_the_bound(redis_url)
+    assert (session.stats.claimed, ends_counted(session)) == (1, {"failed": 1})
     (dead,) = store.progress("s").dead_letters
     assert (dead.key, dead.reason) == ("a#0", "oom")
 
@@ -179,8 +99,8 @@ def test_a_fail_after_a_landed_unanswered_done_counts_the_lease_by_its_result_on
     sent again: DUPLICATE, ``duplicate``, and the answer says the result was taken. Its resend
     unanswered too, the lease stays held with its result and the next beat ends it so. Before: the
     refusal counted ``stale`` and told the worker its lease was lost, where Redis holds its result."""
-    store = _published(redis_url)
-    delivery, _, session = _session(redis_url, lands=True)
+    store = one_item_published(redis_url)
+    delivery, _, session = results_unanswered_session(redis_url, lands=True)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
@@ -190,12 +110,12 @@ def test_a_fail_after_a_landed_unanswered_done_counts_the_lease_by_its_result_on
             delivery.results_out.clear()
         fail = await client.post("/fail", json=report_body("fail", lease))
         told = [fail.status_code, fail.json()["outcome"], "its result" in fail.json()["error"]]
-        ended = dict(_ended(session))
+        ended = dict(ends_counted(session))
         delivery.results_out.clear()
         await state.beat()
         return [unanswered, told, ended, len(session.holdings)]
 
-    seen = _serve(session, script)
+    seen = serve_bounded(session, script)
     assert seen == [503, [200, "stale", resend_answered], {"duplicate": 1} if resend_answered else {}, 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {"duplicate": 1})
+    assert (session.stats.claimed, ends_counted(session)) == (1, {"duplicate": 1})
     assert store.progress("s").done == 1

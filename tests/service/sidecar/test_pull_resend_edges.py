@@ -20,21 +20,22 @@ import pytest
 import redis
 
 from service.sidecar.pull_state import PullState
-from tests.service.sidecar.pullclient import report_body, serve
-from tests.service.sidecar.test_pull_fail_lapsed import _lapse, _pull
-from tests.service.sidecar.test_pull_fail_resends import (
-    _published,
-    _serve,
-    _session,
-    _unanswered_fail_held_past_the_bound,
+from tests.service.sidecar.pull_resends import (
+    lapse,
+    lapsing_pull,
+    one_item_published,
+    results_unanswered_session,
+    serve_bounded,
+    unanswered_fail_held_past_the_bound,
 )
+from tests.service.sidecar.pullclient import report_body, serve
 
 
 def test_the_result_sent_again_after_a_refused_fail_records_its_generation_seconds_once(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    _published(redis_url)
-    delivery, _, session = _session(redis_url, lands=True)
+    one_item_published(redis_url)
+    delivery, _, session = results_unanswered_session(redis_url, lands=True)
 
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease = (await client.get("/next")).json()
@@ -45,13 +46,13 @@ def test_the_result_sent_again_after_a_refused_fail_records_its_generation_secon
         fail = await client.post("/fail", json=report_body("fail", lease))
         return [unanswered, recorded_before, fail.json()["outcome"], state.generation.snapshot()[0][-1][1]]
 
-    assert _serve(session, script) == [503, 0.0, "stale", 1]
+    assert serve_bounded(session, script) == [503, 0.0, "stale", 1]
 
 
 def test_the_hold_bound_sending_a_workers_unanswered_fail_again_does_not_call_it_unreported(
     redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _, session = _unanswered_fail_held_past_the_bound(redis_url)
+    _, session = unanswered_fail_held_past_the_bound(redis_url)
     assert session.stats.failed == 1
     assert "unreported" not in caplog.text
 
@@ -63,7 +64,7 @@ def test_a_report_refused_after_an_unanswered_one_that_never_landed_is_told_its_
     """The first report (``/fail`` or ``/done``) never reached Redis, and the lease lapsed: the second
     is refused, the first sent again is refused as well, and the worker hears that its lease was lost,
     not that the first report took it (that is said only where the resend was answered DUPLICATE)."""
-    delivery, session = _pull(redis_url)
+    delivery, session = lapsing_pull(redis_url)
     second = "done" if first == "fail" else "fail"
 
     async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
@@ -71,11 +72,11 @@ def test_a_report_refused_after_an_unanswered_one_that_never_landed_is_told_its_
         delivery.out.set()
         unanswered = (await worker.post(f"/{first}", json=report_body(first, lease))).status_code
         delivery.out.clear()
-        await _lapse(delivery)
+        await lapse(delivery)
         refused = await worker.post(f"/{second}", json=report_body(second, lease))
         return [unanswered, refused.json()["outcome"], refused.json()["error"]]
 
-    unanswered, outcome, error = _serve(session, script)
+    unanswered, outcome, error = serve_bounded(session, script)
     assert (unanswered, outcome) == (503, "stale")
     assert "its lease was lost before this report" in error
     assert "took it" not in error
@@ -87,7 +88,7 @@ def test_a_failing_lease_refused_at_a_reset_is_listed_lost_once(
     """Held past its hold bound: listed lost, and the bound's failure report goes unanswered, so the
     lease is held ``failing``. It lapses, and the reset's resend is refused: the worker was told of
     that lease already, and hears of it once, not twice."""
-    delivery, session = _pull(redis_url)
+    delivery, session = lapsing_pull(redis_url)
 
     async def script(worker: httpx.AsyncClient, state: PullState) -> list[Any]:
         lease: dict[str, Any] = (await worker.get("/next")).json()
@@ -96,7 +97,7 @@ def test_a_failing_lease_refused_at_a_reset_is_listed_lost_once(
         await state.beat()
         failing = [held.failing for held in session.holdings.all()]
         delivery.out.clear()
-        await _lapse(delivery)
+        await lapse(delivery)
         reset = (await worker.post("/reset")).status_code
         lost = [x["key"] for x in (await worker.get("/leases")).json()["lost"]]
         return [lease["key"], failing, reset, lost]
