@@ -1,5 +1,5 @@
-"""The pull API served in-process to a test's script, a schedule of one item for it, and the report
-body of a pulled lease.
+"""The pull API served in-process to a test's script, a schedule of one item for it, the report
+body of a pulled lease, and ``/next`` long-polled for several.
 
 Every pull test plays the worker through ``serving`` (or ``with_api``/``serve``, which run a script
 in it): a client of ``create_pull_app`` over ASGI, no socket, so the test states what the worker
@@ -17,6 +17,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.delivery.protocol import Delivery
+from service.delivery.records import Lease
 from service.sidecar.connecting import Connecting
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_api import create_pull_app
@@ -116,3 +117,23 @@ def publish_one(redis_url: str, schedule_id: str) -> Delivery:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, schedule_id, {"w0": [item("a", 0, 10)]}, lease_ttl_ms=30_000)
     return delivery
+
+
+def outlived_done(lease: Lease) -> dict[str, Any]:
+    """The ``/done`` (5 output tokens) a worker that outlived a killed sidecar sends for what that
+    sidecar handed it: the takeover tests' report of a lease handed back under it."""
+    return {"schedule_id": lease.schedule_id, "key": lease.key, "token": lease.token, "output_tokens": 5}
+
+
+async def pulled(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Up to ``n`` leases from ``/next``, long-polling until ``timeout_s`` has passed; a 503 (still
+    connecting to Redis) is asked again shortly."""
+    leases: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(leases) < n and time.monotonic() < deadline:
+        answer = await client.get("/next", params={"wait_s": 0.5})
+        if answer.status_code == 200:
+            leases.append(answer.json())
+        elif answer.status_code == 503:
+            await asyncio.sleep(0.1)
+    return leases

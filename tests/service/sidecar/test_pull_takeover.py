@@ -20,45 +20,16 @@ import redis
 
 from service.delivery.keys import PRESENCE_TTL_MS, sidecar_presence
 from service.delivery.protocol import Delivery
-from service.delivery.records import Lease
 from service.embedded import EmbeddedServer
 from service.sidecar.connecting import Connecting
-from service.sidecar.holdings import Holdings
 from service.sidecar.launch import SidecarOptions, connect, session_for
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import SessionSettings, WorkerSession
+from service.sidecar.session import WorkerSession
 from service.sidecar.takeover import TakeoverReport
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
-from tests.service.sidecar.pullclient import serving
+from tests.service.sidecar.pullclient import done_body, outlived_done, pulled, serving, session_of
 
 LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
-
-
-def _session(redis_url: str) -> WorkerSession:
-    return WorkerSession(Delivery.from_url(redis_url), Holdings(8), SessionSettings("w0"))
-
-
-def _done(schedule_id: str, key: str, token: int) -> dict[str, Any]:
-    return {"schedule_id": schedule_id, "key": key, "token": token, "output_tokens": 5}
-
-
-def _old(lease: Lease) -> dict[str, Any]:
-    """The ``/done`` a worker that outlived the killed sidecar sends for what that sidecar handed it."""
-    return _done(lease.schedule_id, lease.key, lease.token)
-
-
-async def _pull(client: httpx.AsyncClient, n: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Up to ``n`` leases from ``/next``, long-polling until ``timeout_s`` has passed; a 503 (still
-    connecting to Redis) is asked again shortly."""
-    leases: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(leases) < n and time.monotonic() < deadline:
-        answer = await client.get("/next", params={"wait_s": 0.5})
-        if answer.status_code == 200:
-            leases.append(answer.json())
-        elif answer.status_code == 503:
-            await asyncio.sleep(0.1)
-    return leases
 
 
 def test_a_restarted_pull_sidecar_hands_back_its_killed_predecessors_leases_before_its_first_claim(
@@ -69,21 +40,18 @@ def test_a_restarted_pull_sidecar_hands_back_its_killed_predecessors_leases_befo
     publish(delivery, "crash", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
     killed = claimed_by_a_killed_sidecar(delivery, "crash", "w0", 3)  # handed to its worker, then killed
     redis_client.set(sidecar_presence("w0"), "killed-instance", px=1000)  # its presence, lapsing
-    session = _session(redis_url)
+    session = session_of(redis_url, slots=8)
 
     async def main() -> dict[str, Any]:
         async with serving(session, lifespan=True) as (client, state):
             ready, first = await client.get("/ready"), await client.get("/next")
             # the worker outlived its sidecar and finished one item before the hand-back: it lands
-            landed = await client.post("/done", json=_old(killed[0]))
+            landed = await client.post("/done", json=outlived_done(killed[0]))
             started = time.monotonic()
-            leases = await _pull(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            leases = await pulled(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
             back_s = time.monotonic() - started
-            refused = [await client.post("/done", json=_old(lease)) for lease in killed[1:]]
-            accepted = [
-                await client.post("/done", json=_done(le["schedule_id"], le["key"], le["token"]))
-                for le in leases
-            ]
+            refused = [await client.post("/done", json=outlived_done(lease)) for lease in killed[1:]]
+            accepted = [await client.post("/done", json=done_body(le, 5)) for le in leases]
             later = await client.get("/ready")
             return {
                 "before": (ready.status_code, ready.json()["status"], first.status_code),
@@ -129,20 +97,17 @@ def test_a_second_live_pull_sidecar_with_the_same_worker_id_hands_back_nothing_a
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 10) for i in range(4)]
     publish(delivery, "twins", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
-    first, second = _session(redis_url), _session(redis_url)
+    first, second = session_of(redis_url, slots=8), session_of(redis_url, slots=8)
 
     async def main() -> tuple[PullState, PullState, list[str]]:
         async with serving(first, lifespan=True) as (one, first_state):
-            leases = await _pull(one, 4, timeout_s=10)  # its worker runs all four
+            leases = await pulled(one, 4, timeout_s=10)  # its worker runs all four
             async with serving(second, lifespan=True) as (two, second_state):
                 await _ready(two, PRESENCE_TTL_MS / 1000 + 5)
                 await asyncio.sleep(PRESENCE_TTL_MS / 3000 + 0.3)  # the first's next write meets it
                 assert delivery.progress("twins").running == 4  # none handed back
                 assert (await two.get("/next")).status_code == 204  # nothing left to claim
-                done = [
-                    await one.post("/done", json=_done(le["schedule_id"], le["key"], le["token"]))
-                    for le in leases
-                ]
+                done = [await one.post("/done", json=done_body(le, 5)) for le in leases]
         return first_state, second_state, [d.json()["outcome"] for d in done]
 
     with caplog.at_level(logging.ERROR, logger="service.sidecar"):
@@ -183,7 +148,7 @@ def test_a_pull_sidecar_started_while_redis_is_down_hands_back_once_it_answers()
                 during = [(await client.get(path)).status_code for path in ("/ready", "/next")]
                 restart = threading.Timer(1.0, server.start)
                 restart.start()
-                leases = await _pull(client, 3, timeout_s=30)
+                leases = await pulled(client, 3, timeout_s=30)
                 restart.join()
                 return during, leases
 

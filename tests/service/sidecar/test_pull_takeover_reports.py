@@ -23,8 +23,9 @@ from service.delivery.records import Lease
 from service.sidecar.connecting import Connecting
 from service.sidecar.session import WorkerSession
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar, item, publish, tally
-from tests.service.sidecar.pullclient import serving
-from tests.service.sidecar.test_pull_takeover import LEASE_TTL_MS, _done, _old, _pull, _session
+from tests.service.sidecar.pullclient import done_body, outlived_done, pulled, serving, session_of
+
+LEASE_TTL_MS = 60_000  # nothing in these tests may wait for a lease to lapse
 
 
 async def _report_as_a_worker_does(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
@@ -51,20 +52,20 @@ def test_a_report_sent_while_the_restarted_sidecar_connects_is_a_503_to_retry_an
 
     def connect() -> WorkerSession:  # Redis reached only when the test says (the new process's start)
         reached.wait(10)
-        made.append(_session(redis_url))
+        made.append(session_of(redis_url, slots=8))
         return made[0]
 
     async def main() -> dict[str, Any]:
         async with serving(Connecting("w0", connect), lifespan=True) as (client, state):
-            connecting = await client.post("/done", json=_old(killed[0]))
+            connecting = await client.post("/done", json=outlived_done(killed[0]))
             reached.set()
-            landed = await _report_as_a_worker_does(client, _old(killed[0]))
+            landed = await _report_as_a_worker_does(client, outlived_done(killed[0]))
             taking_over = state.taking_over  # the predecessor's presence key still lives
-            again = await client.post("/done", json=_old(killed[0]))  # its reply lost: sent again
-            leases = await _pull(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
-            late = await client.post("/done", json=_old(killed[1]))  # after the hand-back: refused
+            again = await client.post("/done", json=outlived_done(killed[0]))  # its reply lost: sent again
+            leases = await pulled(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            late = await client.post("/done", json=outlived_done(killed[1]))  # after the hand-back: refused
             for lease in leases:
-                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+                await client.post("/done", json=done_body(lease, 5))
             return {
                 "connecting": (connecting.status_code, connecting.headers.get("Retry-After")),
                 "landed": (landed.json(), taking_over),
@@ -106,22 +107,22 @@ def test_a_report_refused_while_connecting_is_awaited_before_the_hand_back_when_
 
     def connect() -> WorkerSession:
         reached.wait(10)
-        made.append(_session(redis_url))
+        made.append(session_of(redis_url, slots=8))
         return made[0]
 
     async def main() -> dict[str, Any]:
         async with serving(Connecting("w0", connect), lifespan=True) as (client, state):
             state.report_retry_grace_s = 60.0  # the retry below, not the clock, ends the wait
-            refused = await client.post("/done", json=_old(killed[0]))
+            refused = await client.post("/done", json=outlived_done(killed[0]))
             reached.set()
             while not state.connected:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.3)  # the worker waits its Retry-After; a takeover would be done
             held_back = not state.claims_open
-            retried = await client.post("/done", json=_old(killed[0]))
-            leases = await _pull(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            retried = await client.post("/done", json=outlived_done(killed[0]))
+            leases = await pulled(client, 2, timeout_s=LEASE_TTL_MS / 1000 / 6)
             for lease in leases:
-                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+                await client.post("/done", json=done_body(lease, 5))
             return {
                 "refused": (refused.status_code, refused.headers.get("Retry-After")),
                 "held_back": held_back,
@@ -154,7 +155,7 @@ def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged
     publish(delivery, "failing", {"w0": items}, lease_ttl_ms=LEASE_TTL_MS)
     killed = claimed_by_a_killed_sidecar(delivery, "failing", "w0", 2)  # its worker runs both, lives on
     redis_client.set(sidecar_presence("w0"), "killed-instance", px=4000)  # the takeover waits it out
-    session = _session(redis_url)
+    session = session_of(redis_url, slots=8)
 
     def failure(lease: Lease) -> dict[str, Any]:
         return {"schedule_id": lease.schedule_id, "key": lease.key, "token": lease.token, "reason": "oom"}
@@ -168,10 +169,10 @@ def test_a_fail_of_the_predecessors_current_lease_during_the_takeover_is_charged
             failed = (await client.post("/fail", json=failure(killed[0]))).json()
             during = state.taking_over  # the predecessor's presence key still lives
             again = (await client.post("/fail", json=failure(killed[0]))).json()  # its reply lost
-            leases = await _pull(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
+            leases = await pulled(client, 3, timeout_s=LEASE_TTL_MS / 1000 / 6)
             late = (await client.post("/fail", json=failure(killed[1]))).json()  # after the hand-back
             for lease in leases:
-                await client.post("/done", json=_done(lease["schedule_id"], lease["key"], lease["token"]))
+                await client.post("/done", json=done_body(lease, 5))
             return {
                 "failed": (failed, during),
                 "again": again["outcome"],
