@@ -36,7 +36,13 @@ from service.delivery.records import Lease, TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_push_resend_bound_clock import BOUND_S, REFUSED, _after, _keep, _session
+from tests.service.sidecar.push_resends import (
+    GIVE_UP_AT_S,
+    REFUSED,
+    keep_refused,
+    kept_lost_at,
+    kept_on_a_hand_clock,
+)
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 UNSERVED = {  # a slot not served now, as each way a cluster client learns it raises it
@@ -150,9 +156,9 @@ def test_a_resend_that_meets_an_unserved_slot_does_not_age_a_kept_completion(
     """No lease held (the resend's own try probes Redis), its slot unserved from 1 s to 15 s: the
     reaper cannot reach its schedule either, so the bound counts from 15 s. Before: the error counted
     as Redis answering, and the completion was given up ``lost`` a bound after its keep, 14 s early."""
-    delivery, session, clock = _session(redis_url)
-    asyncio.run(_keep(delivery, session))
-    assert _after(clock, session, 0.5) == (1, 0)
+    delivery, session, clock = kept_on_a_hand_clock(redis_url)
+    asyncio.run(keep_refused(delivery, session))
+    assert kept_lost_at(clock, session, 0.5) == (1, 0)
     with delivery.lock:
         delivery.error = UNSERVED["slot-not-covered"]
     for at_s in (1.0, 14.0):
@@ -160,6 +166,6 @@ def test_a_resend_that_meets_an_unserved_slot_does_not_age_a_kept_completion(
         asyncio.run(session.resends.kept(probe=True))
     with delivery.lock:
         delivery.error = REFUSED
-    assert _after(clock, session, 15.0) == (1, 0)  # answered again: it ages from here
-    assert _after(clock, session, BOUND_S + 0.5) == (1, 0)  # a bound past its keep: not yet
-    assert _after(clock, session, 15.0 + BOUND_S + 0.5) == (0, 1)
+    assert kept_lost_at(clock, session, 15.0) == (1, 0)  # answered again: it ages from here
+    assert kept_lost_at(clock, session, GIVE_UP_AT_S + 0.5) == (1, 0)  # a bound past its keep: not yet
+    assert kept_lost_at(clock, session, 15.0 + GIVE_UP_AT_S + 0.5) == (0, 1)

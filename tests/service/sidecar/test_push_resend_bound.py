@@ -12,52 +12,22 @@ again, and the kept result still lands.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from typing import Any
 
 import pytest
 import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
-from service.sidecar.holdings import Holdings
 from service.sidecar.resends import GIVE_UP_TTLS, REAPER_PASSES_S
-from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.procs import item, publish
+from service.sidecar.session import WorkerSession
+from tests.service.sidecar.push_resends import KEPT_TTL_MS, RESULT, kept_session
 
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
-TTL_MS = 300
 ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-class _Failing(Delivery):
-    """A real ``Delivery`` whose completions raise ``error`` (never reaching Redis) while it is set;
-    heartbeats and every other call go through."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        super().__init__(client)
-        self.error: Exception | None = None
-        self.lock = threading.Lock()
-
-    def complete_many(self, *args: Any, **kwargs: Any) -> list[CompletionOutcome]:
-        with self.lock:
-            error = self.error
-        if error is not None:
-            raise error
-        return super().complete_many(*args, **kwargs)
 
 
 def _ended(session: WorkerSession) -> dict[str, int]:
     return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
-
-
-def _kept(redis_url: str, keys: list[str]) -> tuple[_Failing, WorkerSession]:
-    """A session that claimed ``keys`` of schedule ``s`` (300 ms leases)."""
-    publish(Delivery.from_url(redis_url), "s", {"w0": [item(k, 0, 10) for k in keys]}, lease_ttl_ms=TTL_MS)
-    delivery = _Failing(redis.Redis.from_url(redis_url))
-    return delivery, WorkerSession(delivery, Holdings(len(keys)), SessionSettings("w0", retry_for_s=0.0))
 
 
 async def _beat_until_given_up(session: WorkerSession, within_s: float) -> float:
@@ -87,7 +57,7 @@ def test_a_kept_completion_redis_answers_past_for_two_ttls_is_given_up_lost_and_
     or its call alone timing out beside a lease whose heartbeats go through. Before: kept for ever,
     counted nowhere (the loop ran out its 30 s)."""
     error, keys = FAILING[case]
-    delivery, session = _kept(redis_url, keys)
+    delivery, session = kept_session(redis_url, keys)
 
     async def run() -> tuple[int, float]:
         first, *_ = await session.claim(len(keys))
@@ -100,7 +70,7 @@ def test_a_kept_completion_redis_answers_past_for_two_ttls_is_given_up_lost_and_
     token, took = asyncio.run(run())
     assert len(session.resends) == 0, f"still kept after {took:.1f}s"
     assert _ended(session) == {"lost": 1}
-    assert took >= GIVE_UP_TTLS * TTL_MS / 1000 + REAPER_PASSES_S - 0.1  # not before it lapsed
+    assert took >= GIVE_UP_TTLS * KEPT_TTL_MS / 1000 + REAPER_PASSES_S - 0.1  # not before it lapsed
     late = Delivery.from_url(redis_url).complete_many("s", [("a#0", token, RESULT)], None, "w0")
     assert late == [CompletionOutcome.STALE]  # a resend could not have landed: nothing lost
 
@@ -112,7 +82,7 @@ def test_a_kept_completion_through_an_outage_longer_than_its_bound_still_lands(
     bound (no lease held: each resend finds it down), then back: the lease, renewed by no one, is
     graced by the first script after the silence, and the result is accepted. A bound by age alone
     gave it up during the outage (``lost``, the result dropped)."""
-    delivery, session = _kept(redis_url, ["a"])
+    delivery, session = kept_session(redis_url, ["a"])
 
     async def run() -> None:
         (held,) = await session.claim(1)
@@ -120,7 +90,7 @@ def test_a_kept_completion_through_an_outage_longer_than_its_bound_still_lands(
             delivery.error = redis.ConnectionError("connection refused")
         with pytest.raises(redis.ConnectionError):
             await session.complete(held, RESULT)
-        start, outage_s = time.monotonic(), GIVE_UP_TTLS * TTL_MS / 1000 + REAPER_PASSES_S + 1.0
+        start, outage_s = time.monotonic(), GIVE_UP_TTLS * KEPT_TTL_MS / 1000 + REAPER_PASSES_S + 1.0
         while time.monotonic() - start < outage_s:
             await session.heartbeat()
             await asyncio.sleep(0.05)
