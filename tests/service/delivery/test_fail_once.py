@@ -13,11 +13,10 @@ from service.delivery import Delivery, ReleaseOutcome
 from service.delivery.keys import schedule_keys
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
-from tests.service.delivery.test_mixed_versions import _old_delivery
+from tests.service.delivery.old_release import PRE_FAILED, old_delivery
 
 T0 = 1_000_000  # explicit clock (ms)
 TTL = 10_000  # the schedules' lease TTL (conftest's default)
-PRE_FAILED = "11f32607"  # the last commit before P:failed: its release.lua answers a repeat STALE
 
 
 def _snapshot(client: redis.Redis) -> tuple[object, object, int]:
@@ -95,7 +94,7 @@ def test_the_release_before_and_this_one_side_by_side_on_one_schedule(
     """An older sidecar runs its own release.lua: its repeats stay STALE as they were, its failures
     are not recorded (this release's repeat of one is STALE, as before), and a failure this release
     recorded changes nothing for the older script, which takes the next lease's failure as ever."""
-    old = _old_delivery(redis_client, PRE_FAILED)
+    old = old_delivery(redis_client, PRE_FAILED)
     delivery.publish(schedule("s", {"a": 3}), now_ms=T0)
     by_old, by_new, third = delivery.claim("s", "a", 3, now_ms=T0)
     assert old.fail(by_old, "old", now_ms=T0 + 1) is ReleaseOutcome.REQUEUED

@@ -11,61 +11,18 @@ nonce as before (this release's script with that release's arguments: test_publi
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-from pathlib import Path
 
-import pytest
 import redis
 
 from service.delivery import Delivery, LeaseSettings, PublishedSchedule, PublishOutcome, keys, wire
 from service.delivery.keys import schedule_keys
-from service.delivery.scripts import OPERATIONS, Scripts, script_source
 from service.speeds.learner import SpeedLearner
 from tests.service.delivery.conftest import item, schedule
+from tests.service.delivery.old_release import old_delivery
 
-OLD_RELEASE = "6ed67cb"  # the last release point before P:gneed
 PRE_ENGINE = "285c6e8"  # the last commit before P:meta's engine: publish.lua took 27 arguments
 PRE_MARK = "31a6d28"  # the last commit before publish.lua's mark check: it took 28 arguments
 SMALL, TTL_MS = 3_000, 1_000
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _old_source(operation: str, release: str = OLD_RELEASE) -> str | None:
-    """An operation's full script as the old release loaded it; None where git or the commit is absent."""
-    texts = []
-    for name in ("common.lua", "index.lua", f"{operation}.lua"):
-        shown = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{release}:service/delivery/lua/{name}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if shown.returncode != 0:
-            return None
-        texts.append(shown.stdout)
-    return "\n".join(texts)
-
-
-def _in_history(release: str) -> bool:
-    """Whether git and the commit are here (a source archive has neither)."""
-    shown = subprocess.run(
-        ["git", "-C", str(REPO), "cat-file", "-e", f"{release}^{{commit}}"], capture_output=True, check=False
-    )
-    return shown.returncode == 0
-
-
-def _old_delivery(client: redis.Redis, release: str = OLD_RELEASE) -> Delivery:
-    """This release's calls with the old release's scripts (their arguments did not change, but for
-    publish's 27th, the engine, which an older publish.lua never reads: it takes its nonce as the last)."""
-    if not _in_history(release):
-        pytest.skip(f"release {release} not in this checkout's git history")
-    scripts = {}
-    for op in OPERATIONS:  # an operation the old release did not have, it never called: this one's
-        source = _old_source(op, release)
-        scripts[op] = client.register_script(script_source(op) if source is None else source)
-    old = Delivery(client)
-    old.scripts = Scripts(**scripts)
-    return old
 
 
 def _group() -> PublishedSchedule:
@@ -90,7 +47,7 @@ def _assert_nothing_moved(delivery: Delivery, now: int) -> None:
 def test_a_steal_never_leases_twice_an_item_an_old_reaper_listed_twice(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
-    old = _old_delivery(redis_client)
+    old = old_delivery(redis_client)
     now = 1_000_000
     delivery.publish(_group(), now_ms=now)
     for _ in range(2):  # big's sidecar (upgraded) claims g#0 and dies; an old replica's reaper requeues it
@@ -126,7 +83,7 @@ def test_a_step_an_older_replica_publishes_stores_no_engine_and_reads_as_the_rea
     """Scripts are called by SHA, so an older replica's publish.lua runs beside this release's; it
     stores no engine, this release's republish of the step is a replay that adds none, and a new
     replica's learner prices the step by its own ``ROLLOUT_DEFAULT_ENGINE`` (docs/operations.md)."""
-    old = _old_delivery(redis_client, PRE_ENGINE)
+    old = old_delivery(redis_client, PRE_ENGINE)
     step = dataclasses.replace(schedule("s", {"w": 2}), engine="vllm-v1")
     assert old.publish(step, now_ms=1_000_000) == PublishOutcome.CREATED
     assert delivery.publish(step, now_ms=1_000_500) == PublishOutcome.UNCHANGED  # a replay
@@ -145,7 +102,7 @@ def test_the_script_before_the_mark_s_check_takes_this_release_s_arguments_unche
     """Each replica runs its own copy of publish.lua (by SHA): the older one, sent the mark's nonce
     before the call's, publishes with no mark there (it never checked one), stores the call's nonce,
     not the mark's, and answers the same call re-sent 'created' again."""
-    old = _old_delivery(redis_client, PRE_MARK)
+    old = old_delivery(redis_client, PRE_MARK)
     args = wire.publish_args(schedule("s", {"w": 2}), None, "call-1", mark="lapsed")
     assert not redis_client.exists(schedule_keys("s").planning)
     assert old._call(old.scripts.publish, "s", args) == 1

@@ -29,8 +29,7 @@ from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
-from tests.service.delivery.test_fail_once import PRE_FAILED
-from tests.service.delivery.test_mixed_versions import _old_delivery
+from tests.service.delivery.old_release import PRE_FAILED, old_delivery
 from tests.service.sidecar.procs import item, publish, run_until, tally
 from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered, unanswered_session
 
@@ -223,7 +222,7 @@ def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_
     roll comes to it: the record is only ever read by the script that writes it.)"""
     publish(Delivery.from_url(redis_url), "s", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=60_000)
     delivery, session = unanswered_session(redis_url, lands=True)
-    delivery.scripts = _old_delivery(redis.Redis.from_url(redis_url), PRE_FAILED).scripts
+    delivery.scripts = old_delivery(redis.Redis.from_url(redis_url), PRE_FAILED).scripts
 
     async def run() -> None:
         await claim_fail_unanswered(session, delivery)
