@@ -60,3 +60,14 @@ def restored(port: int, keys: list[Copied]) -> None:
     with redis.Redis(port=port) as node:
         for name, left_ms, dumped in keys:
             node.restore(name, left_ms, dumped, replace=True)
+
+
+def map_reads(ports: list[int]) -> int:
+    """How many ``CLUSTER SLOTS`` the masters at ``ports`` have answered: how often the clients read
+    the slot map, what the remap tests count."""
+    total = 0
+    for port in ports:
+        with redis.Redis(port=port) as node:
+            stats = node.info("commandstats")
+        total += int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
+    return total

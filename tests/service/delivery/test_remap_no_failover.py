@@ -26,8 +26,7 @@ from service.delivery import Delivery, keys, remap
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.delivery.test_remap_shared_ask import _asks
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, map_reads, paced
 
 pytestmark = pytest.mark.slow
 KEY = keys.schedule_keys("s0").meta
@@ -61,7 +60,7 @@ def test_a_master_that_refuses_the_login_is_asked_about_by_no_other_master(
         node.config_set("requirepass", "rotated")
         node.execute_command("CLIENT", "KILL", "TYPE", "normal")
     live = [node.port for node in local.nodes if node.port != port]
-    before, cache = _asks(live), client.nodes_manager.nodes_cache
+    before, cache = map_reads(live), client.nodes_manager.nodes_cache
     get = partial(client.get, KEY)
     call = (
         partial(remap.remapped, client, KEY, get)
@@ -70,7 +69,7 @@ def test_a_master_that_refuses_the_login_is_asked_about_by_no_other_master(
     )
     with pytest.raises(redis.AuthenticationError):
         call()
-    assert _asks(live) - before == 0
+    assert map_reads(live) - before == 0
     assert client.nodes_manager.nodes_cache is cache  # no read of the map
 
 
@@ -96,5 +95,5 @@ def test_a_read_that_names_the_same_master_sends_the_key_no_more_and_tells_no_fa
     finally:
         with redis.Redis(port=port) as node:
             node.execute_command("CLIENT", "UNPAUSE")
-    assert _asks([port]) == 1  # the pass's one read, which only the paused master answered
+    assert map_reads([port]) == 1  # the pass's one read, which only the paused master answered
     assert [r.getMessage() for r in caplog.records if r.name == "service.delivery.remap"] == []

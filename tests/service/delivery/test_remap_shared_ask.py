@@ -21,7 +21,7 @@ from service.delivery import Delivery, keys, remap
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, map_reads, paced
 
 pytestmark = pytest.mark.slow
 CALLS = 5  # reports in flight on the dead master
@@ -49,22 +49,22 @@ def test_calls_on_one_client_share_one_ask_of_another_master(
     one_dead: tuple[list[RedisCluster], str, list[int]],
 ) -> None:
     [client, _], key, live = one_dead
-    before = _asks(live)
+    before = map_reads(live)
     for _ in range(CALLS):
         with pytest.raises(redis.ConnectionError):
             remap.remapped(client, key, lambda: client.get(key))
-    assert _asks(live) - before == 1
+    assert map_reads(live) - before == 1
 
 
 def test_another_clients_calls_ask_for_themselves(
     one_dead: tuple[list[RedisCluster], str, list[int]],
 ) -> None:
     clients, key, live = one_dead
-    before = _asks(live)
+    before = map_reads(live)
     for client in clients:
         with pytest.raises(redis.ConnectionError):
             remap.remapped(client, key, lambda: client.get(key))  # noqa: B023 (called at once)
-    assert _asks(live) - before == 2
+    assert map_reads(live) - before == 2
 
 
 def _client(local: LocalCluster) -> RedisCluster:
@@ -72,13 +72,3 @@ def _client(local: LocalCluster) -> RedisCluster:
     the only ``CLUSTER SLOTS`` after its first read are the asks."""
     settings = Settings(redis_url=local.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S)
     return paced(Delivery(connect(settings)))
-
-
-def _asks(ports: list[int]) -> int:
-    """How many ``CLUSTER SLOTS`` the masters at ``ports`` have answered."""
-    total = 0
-    for port in ports:
-        with redis.Redis(port=port) as node:
-            stats = node.info("commandstats")
-        total += int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
-    return total

@@ -28,8 +28,7 @@ from service.settings import Settings
 from service.sidecar.unreached import Unreached
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.delivery.conftest import schedule
-from tests.service.delivery.test_remap_shared_ask import _asks
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, map_reads, paced
 
 pytestmark = pytest.mark.slow
 T0 = 1_000_000  # explicit clock (ms)
@@ -85,11 +84,11 @@ def test_a_call_of_its_own_asks_no_master_about_the_schedules_master_that_answer
     and the completion is answered."""
     delivery, (last, _), _, live = inbox_down
     (lease,) = delivery.claim(last, "a", 1)
-    before = _asks(live)
+    before = map_reads(live)
     meta = delivery.keys(last).meta
     complete = partial(delivery.complete, lease, TrajectoryResult(output_tokens=5))
     assert remap.remapped(delivery.client, meta, complete) is CompletionOutcome.ACCEPTED
-    assert _asks(live) - before == 0
+    assert map_reads(live) - before == 0
 
 
 def _node(client: RedisCluster, key: str) -> str:
