@@ -11,30 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
-from redis.crc import key_slot
 
-from service.delivery import Delivery, coverage, keys
+from service.delivery import coverage
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import SLOTS, LocalCluster, partly_served, serve_ranges, unserve_range
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.cluster_walks import FIXED, Asked, cluster_asked, publish_each, schedule_slot
 
 pytestmark = pytest.mark.slow
 DROPPED = range(SLOTS // 3 + 500, SLOTS // 3 + 700)  # of the second master's share
-FIXED = {key_slot(k.encode()) for k in (keys.active_index(), keys.lapse_index(), keys.inbox("w"))}
-
-
-class Asked(NamedTuple):
-    command: str
-    slot: int | None  # its key's slot; None for a command with no key (``CLUSTER SLOTS``)
-    thread: int  # ``threading.get_ident()`` of the thread that asked
 
 
 @pytest.fixture(scope="module")
@@ -44,62 +35,23 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _slot(sid: str) -> int:
-    return key_slot(keys.schedule_keys(sid).meta.encode())
-
-
 def _ids() -> list[str]:
     """Four ids on distinct slots of ``DROPPED``, then one on the first master's share."""
     found: dict[int, str] = {}
     for n in range(1_000_000):
         sid = f"a{n}"
-        if _slot(sid) in DROPPED and _slot(sid) not in FIXED:
-            found.setdefault(_slot(sid), sid)
+        if schedule_slot(sid) in DROPPED and schedule_slot(sid) not in FIXED:
+            found.setdefault(schedule_slot(sid), sid)
         if len(found) == 4:
             break
-    served = next(f"z{n}" for n in range(100_000) if _slot(f"z{n}") < SLOTS // 3 - 1)
+    served = next(f"z{n}" for n in range(100_000) if schedule_slot(f"z{n}") < SLOTS // 3 - 1)
     return [*found.values(), served]
-
-
-def publish_each(cluster: LocalCluster, ids: list[str]) -> Delivery:
-    """Each of ``ids`` published on the emptied ``cluster`` for worker ``w`` with one item, oldest first
-    in that order (the walks go oldest first)."""
-    cluster.flushall()
-    delivery = Delivery(cluster.client())
-    for sid in ids:
-        publish(delivery, sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
-        time.sleep(0.002)
-    return delivery
 
 
 def _published(cluster: LocalCluster) -> tuple[WorkerSession, list[str]]:
     """Each of ``_ids`` published for worker ``w`` with one item, oldest first in that order."""
     ids = _ids()
     return WorkerSession(publish_each(cluster, ids), Holdings(8), SessionSettings("w")), ids
-
-
-def _spy(client: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> list[Asked]:
-    """From now on, every command ``client`` is asked to make, and every node asked for its slots
-    (``coverage.slots_of``, on the node's own client), still sent to the real cluster."""
-    asked: list[Asked] = []
-    send: Callable[..., Any] = client.execute_command
-    slots_of = coverage.slots_of
-
-    def slots_asked(*args: Any) -> Any:
-        asked.append(Asked("CLUSTER SLOTS", None, threading.get_ident()))
-        return slots_of(*args)
-
-    monkeypatch.setattr(coverage, "slots_of", slots_asked)
-
-    def sent(*args: Any, **options: Any) -> Any:
-        name = str(args[0]).upper()
-        key = args[3] if name in ("EVAL", "EVALSHA") else args[1] if name == "HMGET" else None
-        slot = None if key is None else key_slot(str(key).encode())
-        asked.append(Asked(name, slot, threading.get_ident()))
-        return send(*args, **options)
-
-    client.execute_command = sent  # type: ignore[method-assign]
-    return asked
 
 
 def _toward_dropped(asked: list[Asked], command: str) -> int:
@@ -127,7 +79,7 @@ def test_a_claim_asks_one_schedule_of_a_dropped_range_and_the_node_off_its_event
     asyncio.run(session.schedules())
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client, monkeypatch)
+    asked = cluster_asked(client, monkeypatch)
     claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
     learned = [each for each in asked if each.command == "CLUSTER SLOTS"]
     assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
@@ -144,7 +96,7 @@ def test_a_claims_settings_reads_ask_one_schedule_of_a_dropped_range(
     session, ids = _published(cluster)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client, monkeypatch)
+    asked = cluster_asked(client, monkeypatch)
     claimed = _while_dropped(cluster, lambda: asyncio.run(session.claim(1)))
     assert [h.lease.key for h in claimed] == [f"{ids[-1]}#0"]
     assert _toward_dropped(asked, "HMGET") == 1
@@ -160,7 +112,7 @@ def test_a_heartbeat_asks_one_schedule_of_a_dropped_range(
     assert len(held) == len(ids)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client, monkeypatch)
+    asked = cluster_asked(client, monkeypatch)
     lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
     assert (lost, session.heartbeats_failing) == ([], False)
     assert _toward_dropped(asked, "EVALSHA") + _toward_dropped(asked, "EVAL") == 1
@@ -190,12 +142,12 @@ def test_a_heartbeat_extends_a_lease_the_asked_node_wrongly_thinks_unserved(
     real = coverage.unserved_slots
 
     def stale(client: RedisCluster, node: Any) -> frozenset[int] | None:
-        return (real(client, node) or frozenset()) | {_slot(ids[-1])}
+        return (real(client, node) or frozenset()) | {schedule_slot(ids[-1])}
 
     monkeypatch.setattr("service.delivery.reach.unserved_slots", stale)
     client = session.delivery.client
     assert isinstance(client, RedisCluster)
-    asked = _spy(client, monkeypatch)
+    asked = cluster_asked(client, monkeypatch)
     lost = _while_dropped(cluster, lambda: asyncio.run(session.heartbeat()))
     assert (lost, session.heartbeats_failing) == ([], False)  # before: passed over, and the beat an outage
-    assert any(each.command in ("EVAL", "EVALSHA") and each.slot == _slot(ids[-1]) for each in asked)
+    assert any(each.command in ("EVAL", "EVALSHA") and each.slot == schedule_slot(ids[-1]) for each in asked)

@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import SLOTS, LocalCluster, partly_served, serve_ranges, unserve_range
-from tests.service.sidecar.test_cluster_walks_learn import FIXED, Asked, _slot, _spy, publish_each
+from tests.service.sidecar.cluster_walks import FIXED, Asked, cluster_asked, publish_each, schedule_slot
 
 pytestmark = pytest.mark.slow
 PER_RANGE = 3  # schedules on distinct slots of each dropped range
@@ -35,13 +35,13 @@ def _ids() -> list[str]:
     the served schedule first, so the walk has reached a schedule before two masters fail (no outage)."""
     found: list[dict[int, str]] = [{} for _ in DROPPED]
     for n in range(1_000_000):
-        sid, slot = f"a{n}", _slot(f"a{n}")
+        sid, slot = f"a{n}", schedule_slot(f"a{n}")
         for dropped, ids in zip(DROPPED, found, strict=True):
             if slot in dropped and slot not in FIXED and len(ids) < PER_RANGE:
                 ids.setdefault(slot, sid)
         if all(len(ids) == PER_RANGE for ids in found):
             break
-    served = next(f"z{n}" for n in range(100_000) if _slot(f"z{n}") < SLOTS // 3 - 1)
+    served = next(f"z{n}" for n in range(100_000) if schedule_slot(f"z{n}") < SLOTS // 3 - 1)
     return [served, *(sid for ids in found for sid in ids.values())]
 
 
@@ -66,7 +66,7 @@ def test_a_heartbeat_asks_one_schedule_of_each_masters_dropped_range_and_each_no
         for dropped in DROPPED
     }
     assert len(set(owners.values())) == len(DROPPED)  # two masters' ranges
-    asked = _spy(client, monkeypatch)
+    asked = cluster_asked(client, monkeypatch)
     for dropped in DROPPED:
         unserve_range(cluster, dropped)
     try:
