@@ -1,23 +1,30 @@
-"""A failover staged by hand on a real 3-master Redis Cluster (``LocalCluster``, no replicas): the
-service's client with its own map refresh paced, a master's slots given to a live master, and a
-schedule's keys copied there as a replica holds them. The step keeper's, the heartbeat's, the hand
-back's, the reports' and the delivery's failover tests share it, so a change to how a failover is
-staged reaches them all at once, rather than through one test module's private names."""
+"""A failover staged by hand on a real 3-master Redis Cluster (``LocalCluster``, no replicas; its last
+master killed or stalled): the service's client with its own map refresh paced, a master's slots given
+to a live master, a schedule's keys copied there as a replica holds them, and the slot map's reads
+counted. The step keeper's, the heartbeat's, the hand back's, the reports' and the delivery's failover
+and remap tests share it, so a change to how a failover is staged reaches them all at once, rather
+than through one test module's private names."""
 
 from __future__ import annotations
+
+import time
 
 import redis
 from redis.cluster import RedisCluster
 
 from service.delivery import Delivery
-from tests.cluster import SLOTS, slot_of
+from tests.cluster import SLOTS, LocalCluster, slot_of
 
 TIMEOUT_S = 0.25  # the service's client at a short timeout
 # redis-py's ``topology_refresh_min_interval`` (1 s by default: no refresh on an error sooner after one),
 # stretched to an hour on the tests' clients (``paced``): a loaded host took over a second between the
 # map's read and the walk, whose first try then met a refresh already due, not the case under test
 PACED_S = 3600.0
-DEAD = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
+# the last master's share (``valkey-cli --cluster create``): the master the tests kill or stall
+LAST_SHARE = range(2 * SLOTS // 3 + 1, SLOTS)
+# redis-py re-reads a cluster's map on an error at most once a second after the last read: a client
+# built just before the failover would not re-read it at once (the next tick would)
+REFRESHED_S = 1.5
 Copied = tuple[str, int, bytes]  # a key as ``copied`` reads it: name, ms left (0: none), its DUMP
 
 
@@ -44,8 +51,8 @@ def failed_over(live: list[int], slots: set[int]) -> None:
 
 
 def on_dead() -> str:
-    """A schedule id whose slot is in ``DEAD``: on the master the failover tests kill."""
-    return next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in DEAD)
+    """A schedule id whose slot is in ``LAST_SHARE``: on the master the failover tests kill."""
+    return next(f"s{n}" for n in range(100_000) if slot_of(f"s{n}") in LAST_SHARE)
 
 
 def copied(port: int, slot: int) -> list[Copied]:
@@ -71,3 +78,20 @@ def map_reads(ports: list[int]) -> int:
             stats = node.info("commandstats")
         total += int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
     return total
+
+
+def moved_around(cluster: LocalCluster, slots: set[int], new: int, live: int) -> None:
+    """``slots`` given to ``new`` and seen there by ``live`` (the stalled master hears nothing): a
+    failover past a stalled master, waited for until the live master's map names ``new``."""
+    with redis.Redis(port=new) as client:
+        me = client.execute_command("CLUSTER", "MYID")
+        for slot in slots:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", me)
+        client.execute_command("CLUSTER", "BUMPEPOCH")
+    deadline = time.monotonic() + 30.0
+    with redis.Redis(port=live) as client:
+        while {int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") for s in slots if lo <= s <= hi} != {
+            new
+        }:
+            assert time.monotonic() < deadline, "the move never reached the live master"
+            time.sleep(0.05)

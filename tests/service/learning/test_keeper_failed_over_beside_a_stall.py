@@ -26,13 +26,8 @@ from service.pipeline.step_keeper import Entry, StepKeeper
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.learning.test_keeper_master_failed_over import (
-    REFRESHED_S,
-    SHORT_MS,
-    STALLED,
-    TIMEOUT_S,
-    _moved_around,
-)
+from tests.service.failover import LAST_SHARE, REFRESHED_S, TIMEOUT_S, moved_around
+from tests.service.learning.keeper_held import SHORT_MS
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +48,7 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
     )
     client = delivery.client
     assert isinstance(client, RedisCluster)
-    steps = [s for s in range(100_000) if key_slot(keys.step_planning(s).encode()) in STALLED][:2]
+    steps = [s for s in range(100_000) if key_slot(keys.step_planning(s).encode()) in LAST_SHARE][:2]
     old = client.get_node_from_key(keys.step_planning(steps[0])).port  # type: ignore[no-untyped-call]
     others = [node.port for node in client.get_primaries() if node.port != old]  # type: ignore[no-untyped-call]
     silent, new = others  # the check asks ``silent`` first: it does not answer, ``new`` tells the move
@@ -61,7 +56,7 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
     time.sleep(REFRESHED_S)  # its map read that long ago, as a long-lived service's was
     stalled[old].signal(signal.SIGSTOP)
     try:
-        _moved_around(cluster, {key_slot(keys.step_planning(s).encode()) for s in steps}, new, silent)
+        moved_around(cluster, {key_slot(keys.step_planning(s).encode()) for s in steps}, new, silent)
         fresh = Delivery(redis.RedisCluster(host="127.0.0.1", port=new, socket_timeout=TIMEOUT_S))
         for step in steps:
             fresh.enter_planning(step, "r", SHORT_MS)

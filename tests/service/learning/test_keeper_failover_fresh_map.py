@@ -31,7 +31,7 @@ from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.scripts_sent import count_scripts
-from tests.service.failover import DEAD, TIMEOUT_S, failed_over, paced
+from tests.service.failover import LAST_SHARE, TIMEOUT_S, failed_over, paced
 from tests.service.learning.keeper_held import SHORT_MS, left_ms
 
 pytestmark = pytest.mark.slow
@@ -46,11 +46,11 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 def _on_dead(count: int, key_of: type[Entry] | type[InFlight]) -> list[Kept]:
-    """``count`` entries (or marks) of request ``r`` whose slots are in ``DEAD``."""
+    """``count`` entries (or marks) of request ``r`` whose slots are in ``LAST_SHARE``."""
     found: list[Kept] = []
     for n in range(100_000):
         each: Kept = Entry(n, "r") if key_of is Entry else InFlight(f"s{n}", "r")
-        if key_slot(_key(each).encode()) in DEAD:
+        if key_slot(_key(each).encode()) in LAST_SHARE:
             found.append(each)
         if len(found) == count:
             return found

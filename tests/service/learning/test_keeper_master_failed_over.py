@@ -29,15 +29,11 @@ from service.delivery import Delivery, keys
 from service.pipeline.step_keeper import Entry, StepKeeper
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.cluster import SLOTS, LocalCluster, serve_the_rest
+from tests.cluster import LocalCluster, serve_the_rest
+from tests.service.failover import LAST_SHARE, REFRESHED_S, TIMEOUT_S, moved_around
+from tests.service.learning.keeper_held import SHORT_MS
 
 pytestmark = pytest.mark.slow
-TIMEOUT_S = 0.25  # the service's client at a short timeout
-SHORT_MS = 10_000  # entries written for this long; the keeper pushes them to 60 s
-# redis-py re-reads a cluster's map on an error at most once a second after the last read: a client
-# built just before the failover would not re-read it at once (the next tick would)
-REFRESHED_S = 1.5
-STALLED = range(2 * SLOTS // 3 + 1, SLOTS)  # the last master's share (``valkey-cli --cluster create``)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +50,7 @@ def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(cluster
     )
     client = delivery.client
     assert isinstance(client, RedisCluster)
-    steps = [s for s in range(100_000) if key_slot(keys.step_planning(s).encode()) in STALLED][:2]
+    steps = [s for s in range(100_000) if key_slot(keys.step_planning(s).encode()) in LAST_SHARE][:2]
     old = client.get_node_from_key(keys.step_planning(steps[0])).port  # type: ignore[no-untyped-call]
     stalled = next(node for node in cluster.nodes if node.port == old)
     new = next(node.port for node in cluster.nodes if node.port != old)
@@ -62,7 +58,7 @@ def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(cluster
     time.sleep(REFRESHED_S)  # its map read that long ago, as a long-lived service's was
     stalled.signal(signal.SIGSTOP)
     try:
-        _moved_around(cluster, {key_slot(keys.step_planning(s).encode()) for s in steps}, new, live)
+        moved_around(cluster, {key_slot(keys.step_planning(s).encode()) for s in steps}, new, live)
         fresh = Delivery(
             redis.RedisCluster(host="127.0.0.1", port=live, socket_timeout=TIMEOUT_S)
         )  # the new master's entries, as requests wrote them
@@ -81,19 +77,3 @@ def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(cluster
     finally:
         stalled.signal(signal.SIGCONT)
     assert min(left) > SHORT_MS
-
-
-def _moved_around(cluster: LocalCluster, slots: set[int], new: int, live: int) -> None:
-    """``slots`` given to ``new`` and seen there by ``live`` (the stalled master hears nothing)."""
-    with redis.Redis(port=new) as client:
-        me = client.execute_command("CLUSTER", "MYID")
-        for slot in slots:
-            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", me)
-        client.execute_command("CLUSTER", "BUMPEPOCH")
-    deadline = time.monotonic() + 30.0
-    with redis.Redis(port=live) as client:
-        while {int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") for s in slots if lo <= s <= hi} != {
-            new
-        }:
-            assert time.monotonic() < deadline, "the move never reached the live master"
-            time.sleep(0.05)
