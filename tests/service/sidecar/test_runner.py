@@ -25,27 +25,8 @@ from service.sidecar.session import RELEASE_GRACE_S, SessionSettings, WorkerSess
 from service.sidecar.session_settings import SessionStats
 from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.push_runner import push_sidecar
 from tests.service.sidecar.spies import MostStarted, Started, first_generation
-
-
-def _sidecar(
-    redis_url: str,
-    engine: str,
-    slots: int = 8,
-    kv: int | None = None,
-    heartbeat_s: float | None = None,
-    drain_timeout_s: float = 20.0,
-    engine_wait_s: float = 1.0,
-    holdings: Holdings | None = None,
-) -> Sidecar:
-    session = WorkerSession(
-        Delivery.from_url(redis_url),
-        Holdings(slots, kv) if holdings is None else holdings,
-        SessionSettings("w0", heartbeat_interval_s=heartbeat_s),
-    )
-    client = EngineClient.open(EngineOptions(engine))
-    settings = RunnerSettings(idle_poll_s=0.02, drain_timeout_s=drain_timeout_s, engine_wait_s=engine_wait_s)
-    return Sidecar(session, client, settings)
 
 
 def _engine_stats(url: str) -> dict[str, int]:
@@ -63,7 +44,7 @@ def test_the_sidecar_keeps_no_more_than_max_num_seqs_in_flight(
     items = [item(f"p{i}", 0, 2000) for i in range(10)]  # ~0.15 s each: the slots overlap
     publish(delivery, "slots", {"w0": items})
     holdings = MostStarted(3)  # counted as the sidecar starts items (see the KV test below)
-    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "slots"))
+    stats = run_until(push_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "slots"))
     assert stats.accepted == 10
     assert holdings.most == 3
     assert _engine_stats(engine_url)["max_running"] <= 3  # and the engine ran no more
@@ -76,7 +57,7 @@ def test_each_completed_result_carries_the_mean_concurrency_it_ran_at_for_speed_
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 2000) for i in range(6)]  # ~0.15 s each, three at a time
     publish(delivery, "conc", {"w0": items})
-    run_until(_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "conc"))
+    run_until(push_sidecar(redis_url, engine_url, slots=3), _finished(delivery, "conc"))
     concurrency = [float(r.result.extra["concurrency"]) for r in delivery.read_results("conc")]
     assert len(concurrency) == 6
     assert all(1.0 <= c <= 3.0 for c in concurrency)
@@ -91,7 +72,7 @@ def test_each_item_s_engine_seconds_are_counted_in_the_generation_histogram(
     delivery = Delivery.from_url(redis_url)
     items = [item(f"p{i}", 0, 2000) for i in range(4)]
     publish(delivery, "gen", {"w0": items})
-    sidecar = _sidecar(redis_url, engine_url, slots=2)
+    sidecar = push_sidecar(redis_url, engine_url, slots=2)
     run_until(sidecar, _finished(delivery, "gen"))
     lines = exposition(sidecar, "w0").decode().splitlines()
     assert 'rollout_sidecar_generation_seconds_count{worker_id="w0"} 4.0' in lines
@@ -125,7 +106,7 @@ def test_kv_admission_runs_together_only_what_fits_the_engine_cache(
     items = [item(f"p{i}", 0, 2000, predicted=2000) for i in range(4)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
     holdings = MostStarted(8, 3000)
-    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "kv"))
+    stats = run_until(push_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "kv"))
     assert stats.accepted == 4
     assert holdings.most == most_together
     assert _engine_stats(engine_url)["max_running"] <= most_together  # and the engine ran no more
@@ -141,7 +122,7 @@ def test_on_stop_running_items_finish_and_nothing_more_is_claimed(
     publish(delivery, "drain", {"w0": items}, lease_ttl_ms=10_000)
     stop = asyncio.Event()
     holdings = Started(2, at=2, then=stop.set)  # stopped as the second starts, before any ends
-    stats = run_until(_sidecar(redis_url, engine_url, holdings=holdings), stop.is_set, stop=stop)
+    stats = run_until(push_sidecar(redis_url, engine_url, holdings=holdings), stop.is_set, stop=stop)
     progress = delivery.progress("drain")
     assert (stats.accepted, stats.released) == (2, 0)
     assert (progress.done, progress.queued, progress.running) == (2, 2, 0)
@@ -155,7 +136,7 @@ def test_items_still_running_at_the_drain_timeout_are_released_without_spending_
     publish(delivery, "release", {"w0": items})
     stop = asyncio.Event()
     holdings = Started(2, at=2, then=stop.set)  # stopped as the second starts, before any ends
-    sidecar = _sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
+    sidecar = push_sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
     stats = run_until(sidecar, stop.is_set, stop=stop)
     assert (stats.accepted, stats.released) == (0, 2)
     assert delivery.progress("release").queued == 2
@@ -176,7 +157,7 @@ def test_a_stop_while_redis_is_down_keeps_to_the_drain_timeout_and_leaves_the_le
             stop.set()
 
         holdings = Started(2, at=2, then=redis_dies_and_the_sidecar_stops)
-        sidecar = _sidecar(server.url, engine_url, drain_timeout_s=0.5, holdings=holdings)
+        sidecar = push_sidecar(server.url, engine_url, drain_timeout_s=0.5, holdings=holdings)
         started = time.monotonic()
         stats = run_until(sidecar, stop.is_set, stop=stop)  # raised through the drain before
         assert time.monotonic() - started < 15.0  # not the 60 s of retrying a release
@@ -201,7 +182,7 @@ def test_a_lease_lost_mid_generation_cancels_the_engine_request_and_the_item_is_
 
     first_generation(monkeypatch, lapses)
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
-        stats = run_until(_sidecar(redis_url, engine_url, heartbeat_s=0.05), _finished(delivery, "lost"))
+        stats = run_until(push_sidecar(redis_url, engine_url, heartbeat_s=0.05), _finished(delivery, "lost"))
     assert (stats.lost, stats.accepted, stats.stale) == (1, 1, 0)
     lost_lines = [r for r in caplog.records if "lost; stopping it" in r.getMessage()]
     assert [getattr(r, "schedule_id", None) for r in lost_lines] == ["lost"]  # which step lost it
@@ -227,7 +208,7 @@ def test_a_result_for_a_schedule_gone_from_redis_is_counted_stale_and_not_promis
 
     first_generation(monkeypatch, wiped_while_running)  # as the engine takes the request in
     # stopped once the keys are gone; the drain lets the running item finish and report
-    sidecar = _sidecar(redis_url, engine_url)  # heartbeats every 20 s: the completion comes first
+    sidecar = push_sidecar(redis_url, engine_url)  # heartbeats every 20 s: the completion comes first
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
         stats = run_until(sidecar, wiped.is_set)
     assert (stats.accepted, stats.stale) == (0, 1)  # counted, as the pull API's 404 tells its worker
@@ -243,7 +224,7 @@ def test_an_item_the_engine_refuses_is_failed_and_dead_lettered_after_its_attemp
         "bad#0", "bad", 0, 40_000, 100, 100.0, {"prompt": "x"}
     )  # a prompt past max_model_len
     publish(delivery, "poison", {"w0": [poison, item("ok", 0, 50)]})
-    stats = run_until(_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
+    stats = run_until(push_sidecar(redis_url, engine_url), _finished(delivery, "poison"))
     progress = delivery.progress("poison")
     assert (progress.done, progress.failed, stats.failed) == (1, 1, 5)
     assert "maximum context length" in progress.dead_letters[0].reason
@@ -272,7 +253,7 @@ def test_an_item_the_sidecar_cannot_even_send_is_failed_not_left_running_forever
     delivery = Delivery.from_url(redis_url)
     unsendable = DeliveryItem("bad#0", "bad", 0, 100, 100, 100.0, {"prompt": "x\ud800y"})
     publish(delivery, "unsendable", {"w0": [unsendable, item("ok", 0, 50)]})
-    run_until(_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
+    run_until(push_sidecar(redis_url, engine_url), _finished(delivery, "unsendable"), timeout_s=10)
     progress = delivery.progress("unsendable")
     assert (progress.done, progress.failed) == (1, 1)
     assert "'bad#0' is not UTF-8 in field payload.prompt" in progress.dead_letters[0].reason  # claims.py
@@ -285,7 +266,7 @@ def test_a_sidecar_says_once_that_its_engine_is_ready_and_which_model_it_request
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "hello", {"w0": [item("p", 0, 10)]})
     with caplog.at_level(logging.INFO, logger="service.sidecar"):
-        run_until(_sidecar(redis_url, engine_url), _finished(delivery, "hello"))
+        run_until(push_sidecar(redis_url, engine_url), _finished(delivery, "hello"))
     ready = [r.getMessage() for r in caplog.records if "engine ready" in r.getMessage()]
     model = httpx.get(f"{engine_url}/v1/models").json()["data"][0]["id"]
     assert ready == [f"engine ready, claiming: requesting model {model}"]
@@ -296,7 +277,7 @@ def test_a_sidecar_whose_engine_is_down_claims_nothing_and_says_so_once(
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "down", {"w0": [item("p", 0, 10)]})
-    sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
+    sidecar = push_sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="service.sidecar"):
         stats = run_until(sidecar, lambda: time.monotonic() - started > 0.5)
@@ -312,7 +293,7 @@ def test_leases_claimed_but_not_started_go_back_while_the_engine_is_down(
     thief's and reaper's reach for as long as the engine stays down."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "unstarted", {"w0": [item("p", 0, 10), item("q", 0, 10)]}, lease_ttl_ms=30_000)
-    sidecar = _sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
+    sidecar = push_sidecar(redis_url, "http://127.0.0.1:9", engine_wait_s=0.05)
     assert len(asyncio.run(sidecar.session.claim(2))) == 2  # held, never started
     seen_queued: list[int] = []
 
@@ -362,7 +343,7 @@ def test_a_stop_whose_drain_time_redis_spent_exits_without_waiting_to_delete_its
     publish(delivery, "stall", {"w0": [item(f"p{i}", 0, 200_000 // 20) for i in range(2)]})
     both_started = asyncio.Event()
     holdings = Started(2, at=2, then=both_started.set)  # the stall comes before either ends
-    sidecar = _sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
+    sidecar = push_sidecar(redis_url, engine_url, drain_timeout_s=0.1, holdings=holdings)
 
     async def stopped_in_a_stall() -> tuple[SessionStats, float]:
         stop = asyncio.Event()

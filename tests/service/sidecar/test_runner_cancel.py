@@ -19,7 +19,7 @@ import redis
 
 from service.delivery.protocol import Delivery
 from tests.service.sidecar.procs import cluster, item, publish, run_until, tally
-from tests.service.sidecar.test_runner import _sidecar
+from tests.service.sidecar.push_runner import push_sidecar
 
 CANCEL_LINE = "cancelled by the trainer"
 HEARTBEAT_S = 30.0  # no heartbeat while these items run (the first comes one interval after start)
@@ -43,7 +43,7 @@ def test_a_cancelled_step_stops_its_engine_requests_and_the_sidecar_takes_the_ne
             delivery.cancel("old")
         return delivery.progress("new").finished
 
-    sidecar = _sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05)
+    sidecar = push_sidecar(redis_url, engine_url, slots=1, heartbeat_s=0.05)
     with caplog.at_level(logging.INFO, logger="service.sidecar"):
         stats = run_until(sidecar, cancelled_mid_item)
 
@@ -67,7 +67,7 @@ def test_results_of_a_cancelled_step_finished_before_a_heartbeat_are_dropped_wit
     lease TTL), so their completions are refused; that used to be one WARNING per item."""
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "step", {"w0": [item("step", i, 6000) for i in range(4)]}, lease_ttl_ms=60_000)
-    sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)  # completions come first
+    sidecar = push_sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)  # completions come first
 
     def cancelled_while_all_run() -> bool:
         if delivery.progress("step").running == 4 and delivery.progress("step").cancelled_at_ms is None:
@@ -90,7 +90,7 @@ def test_a_completion_refused_because_its_lease_lapsed_still_warns_and_counts_st
 ) -> None:
     delivery = Delivery.from_url(redis_url)
     publish(delivery, "lapsed", {"w0": [item("p", 0, 6000)]}, lease_ttl_ms=60_000)  # ~0.5 s
-    sidecar = _sidecar(redis_url, engine_url, heartbeat_s=HEARTBEAT_S)  # the completion comes first
+    sidecar = push_sidecar(redis_url, engine_url, heartbeat_s=HEARTBEAT_S)  # the completion comes first
 
     def lapsed_mid_item() -> bool:
         if delivery.progress("lapsed").running == 1 and not getattr(lapsed_mid_item, "done", False):
@@ -117,7 +117,7 @@ def test_a_refused_completion_of_a_cancelled_step_stops_its_other_engine_request
     # it had ended, accepted, before a cancel polled late at load 16 landed), the long ones its refusal
     short, long = item("step", 0, 12_000), [item("step", i, 48_000) for i in range(1, 4)]
     publish(delivery, "step", {"w0": [short, *long]}, lease_ttl_ms=60_000)
-    sidecar = _sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)
+    sidecar = push_sidecar(redis_url, engine_url, slots=4, heartbeat_s=HEARTBEAT_S)
 
     def cancelled_while_all_run() -> bool:
         if delivery.progress("step").running == 4 and delivery.progress("step").cancelled_at_ms is None:
@@ -156,7 +156,7 @@ def test_a_cancel_while_only_long_items_run_stops_them_at_the_sidecars_next_look
     tail = [dataclasses.replace(item("tail", i, 32_000), max_new_tokens=32_000) for i in range(2)]
     publish(delivery, "tail", {"w0": tail}, lease_ttl_ms=60_000)
     # a short drain: a sidecar that missed the cancel stops at the test's end, not after ~20 s more
-    sidecar = _sidecar(redis_url, slow_engine_url, slots=4, heartbeat_s=HEARTBEAT_S, drain_timeout_s=1.0)
+    sidecar = push_sidecar(redis_url, slow_engine_url, slots=4, heartbeat_s=HEARTBEAT_S, drain_timeout_s=1.0)
     running_since: list[float] = []
     stopped: list[bool] = []  # seen by the run, not by the shutdown after it (which asks too)
 
