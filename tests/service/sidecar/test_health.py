@@ -9,8 +9,6 @@ import re
 import socket
 import struct
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -21,13 +19,14 @@ from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.ports import free_port
 from service.sidecar.engine_client import EngineClient, EngineOptions
-from service.sidecar.health import CLIENT_TIMEOUT_S, STALE_S, HealthServer, Probes
+from service.sidecar.health import HealthServer, Probes
 from service.sidecar.holdings import Holdings
 from service.sidecar.metrics import exposition, pull_exposition
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from service.sidecar.timings import Durations
 from tests.service.metrics_docs import DOCS, documented_metrics, exported_metrics
+from tests.service.sidecar.health_probes import probes_of
 from tests.service.sidecar.procs import bound_url, cluster, item, publish, run_until, wait_http, wait_until
 
 
@@ -38,24 +37,6 @@ def _sidecar(
     session = WorkerSession(Delivery.from_url(redis_url), holdings, SessionSettings("w0"))
     settings = RunnerSettings(idle_poll_s=0.02, engine_wait_s=0.05)
     return Sidecar(session, EngineClient.open(EngineOptions(engine_url)), settings)
-
-
-@contextmanager
-def probes_of(
-    runner: Sidecar | None,
-    stale_s: float = STALE_S,
-    client_timeout_s: float = CLIENT_TIMEOUT_S,
-    bound: str = "127.0.0.1",
-) -> Iterator[httpx.Client]:
-    """A client of the probes of ``runner`` (None: still connecting), served on a free port of
-    ``bound`` (the address the port listens on; the client reaches it on loopback either way)."""
-    server = HealthServer(runner, "w0", bound, 0, stale_s, client_timeout_s)
-    server.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5.0) as client:
-            yield client
-    finally:
-        server.stop()
 
 
 def test_a_loop_that_turned_lately_is_alive_and_says_what_the_sidecar_holds(redis_url: str) -> None:

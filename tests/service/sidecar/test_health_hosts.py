@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service.sidecar.test_health import probes_of
+from tests.service.sidecar.health_probes import probes_of
 
 
 @pytest.mark.parametrize("path", ["/health", "/ready", "/metrics"])
