@@ -23,7 +23,7 @@ from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.sidecar.hang_up import hang_up
 from tests.cluster import one_node_cluster
-from tests.service.api.test_redis_tls import TlsTerminator
+from tests.service.tls_terminator import TlsTerminator
 
 
 @pytest.fixture(params=["plain", "cluster"])

@@ -1,0 +1,51 @@
+"""A TLS terminator in front of the embedded valkey-server (built without TLS), as a managed rediss://
+endpoint or stunnel is: the client side (URL scheme, CA file, certificate check) is the service's, and
+that is what the tests run. The API's rediss:// tests and the sidecar's hang-up-over-TLS test share it,
+rather than the sidecar's importing it from the API's test module."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import threading
+
+
+class TlsTerminator:
+    """Accepts TLS on a loopback port and forwards the plain bytes to ``upstream_port``."""
+
+    def __init__(self, upstream_port: int, context: ssl.SSLContext) -> None:
+        self.upstream_port, self.context = upstream_port, context
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._relay, args=(raw,), daemon=True).start()
+
+    def _relay(self, raw: socket.socket) -> None:
+        try:
+            secure = self.context.wrap_socket(raw, server_side=True)
+        except (ssl.SSLError, OSError):
+            raw.close()  # the client refused our certificate: nothing to relay
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        threading.Thread(target=_pump, args=(upstream, secure), daemon=True).start()
+        _pump(secure, upstream)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for end in (source, sink):
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
