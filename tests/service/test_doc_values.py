@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from service.problems.table import PROBLEMS
 from service.settings import Settings
 from tests.service.cli_docs import command_lines, command_tree, doc_files, resolve, top_commands
+from tests.service.errors_doc import errors_table
 
 ROOT = Path(__file__).resolve().parents[2]
 _ROW = re.compile(r"^\| (`(?:ROLLOUT_|REDIS_)[^|]*?) \| ([^|]*?) \|", re.MULTILINE)
@@ -119,12 +120,6 @@ def test_a_bracketed_example_value_is_caught() -> None:
     (claim,) = bracket_claims("bench solver [--repeats 5] [--speed-spread 0.1] [--json]")[1:]
     assert claim == ("--speed-spread", "0.1")
     assert not says(claim[1], 0.0)
-
-
-def errors_table() -> dict[int, str]:
-    """docs/api.md's "Errors" table: status -> the text of its row."""
-    section = (ROOT / "docs" / "api.md").read_text().split("\n## Errors", 1)[1].split("\n## ", 1)[0]
-    return {int(status): when for status, when in re.findall(r"^\| ([0-9]{3}) \| (.*) \|$", section, re.M)}
 
 
 def test_every_status_the_problem_table_answers_has_a_row_in_the_api_errors_table() -> None:

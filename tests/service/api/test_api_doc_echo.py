@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO, PATH_HEAD, PATH_TAIL, echo
 from tests.service.api_helpers import batch_body
-from tests.service.test_doc_values import errors_table
+from tests.service.errors_doc import errors_table
 
 _VALUE = re.compile(
     r"one past (\d+) digits or (\d+) characters cut to its start \(its first (\d+) digits, (\d+) char"
