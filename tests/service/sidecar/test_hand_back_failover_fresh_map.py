@@ -31,10 +31,10 @@ from service.sidecar.session_settings import SessionSettings
 from tests.cluster import LocalCluster, partly_served, slot_of
 from tests.service.failover import TIMEOUT_S, copied, failed_over, on_dead, paced, restored
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.test_stored_bytes_items import NOT_UTF8
 
 pytestmark = pytest.mark.slow
 TTL_MS = 30_000  # the lease's TTL: it lives through the test, so only the call's reach is measured
+NOT_UTF8 = b"\xff\xfe"  # no UTF-8 text holds either byte (as test_stored_bytes_items writes it)
 
 
 @pytest.fixture

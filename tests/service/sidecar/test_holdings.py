@@ -6,24 +6,19 @@ import sys
 import threading
 import time
 
-from service.delivery.records import DeliveryItem, Lease
 from service.sidecar.holdings import Holdings, lease_id, reservation_tokens
-
-
-def _lease(key: str, prompt: int = 100, predicted: float = 900.0, cap: int = 4000) -> Lease:
-    item = DeliveryItem(key, key, 0, prompt, cap, predicted)
-    return Lease("s", "w", item, token=1, deadline_ms=0, attempt=1)
+from tests.service.sidecar.sized_leases import sized_lease
 
 
 def test_an_item_reserves_its_prompt_plus_its_predicted_length_capped_at_max_tokens() -> None:
-    assert reservation_tokens(_lease("a").item) == 1000
-    assert reservation_tokens(_lease("b", predicted=9000.4).item) == 4100
-    assert reservation_tokens(_lease("c", predicted=10.2).item) == 111
+    assert reservation_tokens(sized_lease("a").item) == 1000
+    assert reservation_tokens(sized_lease("b", predicted=9000.4).item) == 4100
+    assert reservation_tokens(sized_lease("c", predicted=10.2).item) == 111
 
 
 def test_kv_admission_starts_items_only_while_their_reservations_fit_the_cache() -> None:
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500)
-    first, second, third = (holdings.add(_lease(k), kv_admission=True) for k in "abc")
+    first, second, third = (holdings.add(sized_lease(k), kv_admission=True) for k in "abc")
     for held in (first, second):
         assert holdings.can_start(held)
         held.started = True
@@ -35,7 +30,7 @@ def test_kv_admission_starts_items_only_while_their_reservations_fit_the_cache()
 
 def test_an_item_larger_than_the_whole_cache_still_starts_when_nothing_runs() -> None:
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=500)
-    huge = holdings.add(_lease("a"), kv_admission=True)
+    huge = holdings.add(sized_lease("a"), kv_admission=True)
     assert holdings.can_start(huge)
 
 
@@ -43,7 +38,7 @@ def test_without_the_plan_flag_or_a_known_cache_only_slots_limit_admission() -> 
     unflagged = Holdings(max_in_flight=2, kv_capacity_tokens=500)
     unknown_cache = Holdings(max_in_flight=2, kv_capacity_tokens=None)
     for holdings, flag in ((unflagged, False), (unknown_cache, True)):
-        a, b = holdings.add(_lease("a"), flag), holdings.add(_lease("b"), flag)
+        a, b = holdings.add(sized_lease("a"), flag), holdings.add(sized_lease("b"), flag)
         a.started = True
         assert holdings.can_start(b)
         assert holdings.free_slots() == 0
@@ -51,9 +46,9 @@ def test_without_the_plan_flag_or_a_known_cache_only_slots_limit_admission() -> 
 
 def test_the_steal_budget_is_the_cache_minus_every_held_reservation_whatever_the_admission_mode() -> None:
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500)
-    running = holdings.add(_lease("a"), kv_admission=False)  # reserves nothing for admission...
+    running = holdings.add(sized_lease("a"), kv_admission=False)  # reserves nothing for admission...
     running.started = True
-    holdings.add(_lease("b", predicted=9000.0), kv_admission=False)  # ...nor does a waiting lease
+    holdings.add(sized_lease("b", predicted=9000.0), kv_admission=False)  # ...nor does a waiting lease
     assert holdings.steal_budget() == 2500 - 1000 - 4100  # ...but both count against a steal
     holdings.remove(("s", "b", 1))
     assert holdings.steal_budget() == 1500
@@ -61,14 +56,14 @@ def test_the_steal_budget_is_the_cache_minus_every_held_reservation_whatever_the
 
 def test_a_sidecar_that_does_not_know_its_kv_cache_steals_by_slots_alone() -> None:
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=None)
-    holdings.add(_lease("a"), kv_admission=True)
+    holdings.add(sized_lease("a"), kv_admission=True)
     assert holdings.steal_budget() is None
 
 
 def test_an_items_concurrency_is_the_mean_number_in_flight_while_it_ran() -> None:
     now = [0.0]
     holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
-    a, b, c = (holdings.add(_lease(k), kv_admission=False) for k in "abc")
+    a, b, c = (holdings.add(sized_lease(k), kv_admission=False) for k in "abc")
     holdings.start(a)  # t=0: a alone
     now[0] = 2.0
     holdings.start(b)  # t=2: a and b
@@ -84,7 +79,7 @@ def test_an_items_concurrency_is_the_mean_number_in_flight_while_it_ran() -> Non
 def test_an_item_that_ran_alone_reports_a_concurrency_of_one() -> None:
     now = [10.0]
     holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
-    held = holdings.add(_lease("a"), kv_admission=False)
+    held = holdings.add(sized_lease("a"), kv_admission=False)
     holdings.start(held)
     assert holdings.mean_concurrency(held) == 1.0  # no time passed yet
     now[0] = 13.0
@@ -94,7 +89,10 @@ def test_an_item_that_ran_alone_reports_a_concurrency_of_one() -> None:
 def test_once_the_decode_rate_is_known_a_sequence_near_its_end_leaves_room_for_the_next() -> None:
     now = [0.0]
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=1500, clock=lambda: now[0])
-    first, second = holdings.add(_lease("a"), kv_admission=True), holdings.add(_lease("b"), kv_admission=True)
+    first, second = (
+        holdings.add(sized_lease("a"), kv_admission=True),
+        holdings.add(sized_lease("b"), kv_admission=True),
+    )
     holdings.start(first)
     holdings.observe(output_tokens=500, wall_time_s=50.0)  # 10 tokens/s per sequence
     assert not holdings.can_start(second)  # both would reach 1,000 tokens together
@@ -105,13 +103,13 @@ def test_once_the_decode_rate_is_known_a_sequence_near_its_end_leaves_room_for_t
 def test_a_sequence_past_its_prediction_is_expected_to_run_a_quarter_of_it_again() -> None:
     now = [0.0]
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2200, clock=lambda: now[0])
-    first = holdings.add(_lease("a"), kv_admission=True)
+    first = holdings.add(sized_lease("a"), kv_admission=True)
     holdings.start(first)
     holdings.observe(output_tokens=100, wall_time_s=10.0)  # 10 tokens/s per sequence
     now[0] = 200.0  # ~2,000 tokens out against 900 predicted: it holds 2,100, with 25 more expected
     # (extensions of 225 steps: 2,000 is 200 into its fifth), peaking at 2,125 beside nothing else
-    assert not holdings.can_start(holdings.add(_lease("b"), kv_admission=True))  # 2,125 + 125 > 2,200
-    assert holdings.can_start(holdings.add(_lease("c", prompt=10, predicted=100.0), kv_admission=True))
+    assert not holdings.can_start(holdings.add(sized_lease("b"), kv_admission=True))  # 2,125 + 125 > 2,200
+    assert holdings.can_start(holdings.add(sized_lease("c", prompt=10, predicted=100.0), kv_admission=True))
 
 
 def test_completions_without_tokens_or_time_teach_no_rate() -> None:
@@ -125,11 +123,11 @@ def test_kv_admission_counts_what_other_schedules_run_on_the_same_engine() -> No
     # the engine's cache holds every running sequence, whatever its schedule's admission mode
     now = [0.0]
     holdings = Holdings(max_in_flight=8, kv_capacity_tokens=2500, clock=lambda: now[0])
-    unflagged = holdings.add(_lease("a"), kv_admission=False)
+    unflagged = holdings.add(sized_lease("a"), kv_admission=False)
     holdings.start(unflagged)  # 1,000 tokens at its predicted end
-    flagged = holdings.add(_lease("b"), kv_admission=True)
+    flagged = holdings.add(sized_lease("b"), kv_admission=True)
     holdings.start(flagged)
-    candidate = holdings.add(_lease("c"), kv_admission=True)
+    candidate = holdings.add(sized_lease("c"), kv_admission=True)
     assert holdings.reserved() == 2000
     assert not holdings.can_start(candidate)  # before a rate: 3 x 1,000 reserved > 2,500
     holdings.observe(output_tokens=900, wall_time_s=900.0)  # one token a second
@@ -144,7 +142,7 @@ def test_the_health_thread_counts_what_runs_while_the_event_loop_adds_and_remove
     iteration" and its prober got no answer (with 2000 leases, within a fraction of a second)."""
     holdings = Holdings(max_in_flight=4000)
     for i in range(2000):
-        holdings.start(holdings.add(_lease(f"k{i}"), kv_admission=False))
+        holdings.start(holdings.add(sized_lease(f"k{i}"), kv_admission=False))
     errors: list[BaseException] = []
     done = threading.Event()
 
@@ -163,7 +161,7 @@ def test_the_health_thread_counts_what_runs_while_the_event_loop_adds_and_remove
     try:
         until = time.monotonic() + 1.0
         while time.monotonic() < until and not errors:  # the loop: leases come and go
-            holdings.start(holdings.add(_lease("churn"), kv_admission=False))
+            holdings.start(holdings.add(sized_lease("churn"), kv_admission=False))
             holdings.remove(("s", "churn", 1))
     finally:
         done.set()
@@ -177,8 +175,8 @@ def test_the_thiefs_busy_time_is_its_longest_predicted_remainder_at_the_rate_in_
     from its start, the longest wins; in milliseconds, as the steal script compares them."""
     now = [100.0]
     holdings = Holdings(4, clock=lambda: now[0])
-    waiting = holdings.add(_lease("a", predicted=900.0), kv_admission=False)
-    started = holdings.add(_lease("b", predicted=1500.0), kv_admission=False)
+    waiting = holdings.add(sized_lease("a", predicted=900.0), kv_admission=False)
+    started = holdings.add(sized_lease("b", predicted=1500.0), kv_admission=False)
     holdings.start(started)
     now[0] = 110.0  # 10 s at 50 tokens/s: 500 of its 1,500 tokens decoded
     assert holdings.busy_ms(None) == 0
@@ -193,7 +191,7 @@ def test_a_lease_held_again_counts_in_flight_only_from_its_restore() -> None:
     counts at the count it had then, so a neighbour's mean concurrency is not raised by that gap."""
     now = [0.0]
     holdings = Holdings(max_in_flight=8, clock=lambda: now[0])
-    dropped, neighbour = (holdings.add(_lease(k), kv_admission=False) for k in "ab")
+    dropped, neighbour = (holdings.add(sized_lease(k), kv_admission=False) for k in "ab")
     holdings.start(dropped)
     holdings.start(neighbour)
     now[0] = 10.0
@@ -208,12 +206,12 @@ def test_a_failing_pull_lease_holds_no_slot_kv_reservation_steal_budget_or_busy_
     """Held only until its failure report is answered (``PullState.abandon``): the worker was told it
     lost it, so nothing the engine is reckoned to run includes it; still held, it is still counted."""
     holdings = Holdings(max_in_flight=2, kv_capacity_tokens=2500, clock=lambda: 0.0)
-    failing = holdings.add(_lease("a", predicted=3000.0), kv_admission=True)
-    running = holdings.add(_lease("b"), kv_admission=True)
+    failing = holdings.add(sized_lease("a", predicted=3000.0), kv_admission=True)
+    running = holdings.add(sized_lease("b"), kv_admission=True)
     for held in (failing, running):
         holdings.start(held)
     failing.failing = True
-    waiting = holdings.add(_lease("c", predicted=1400.0), kv_admission=True)
+    waiting = holdings.add(sized_lease("c", predicted=1400.0), kv_admission=True)
     assert (len(holdings), holdings.in_flight(), holdings.waiting()) == (3, 1, [waiting])
     assert (holdings.free_slots(), holdings.reserved(), holdings.steal_budget()) == (0, 1000, 0)
     assert holdings.can_start(waiting)  # b's 1000 and c's 1500 fit; a's 3100 beside them did not
