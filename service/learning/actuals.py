@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 from predictors.tracetable import Trace, foldable
-from scheduler.trace import TraceRow
+from scheduler.trace import TraceRow, id_cell
 from service.api.learning_schemas import ActualReport
 from service.api.schemas import MAX_COUNT
 from service.delivery import keys
@@ -355,7 +355,7 @@ def _entry_row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None]:
     row = foldable(
         TraceRow(
             step=_count(doc["step"]),
-            prompt_id=texts(str(doc["prompt_id"])),
+            prompt_id=texts(_stored_id(doc["prompt_id"], "prompt_id")),
             sample_idx=_count(doc["sample_idx"]),
             prompt_tokens=_count(doc["prompt_tokens"]),
             output_tokens=_count(doc["output_tokens"]),
@@ -365,7 +365,23 @@ def _entry_row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None]:
             features=texts.features(doc.get("features", {})),
         )
     )
-    return row, None if schedule is None else texts(str(schedule))
+    return row, None if schedule is None else texts(_stored_id(schedule, "schedule_id"))
+
+
+def _stored_id(value: object, field: str) -> str:
+    """An id as the stream holds it: the API's text as stored, a number another writer left read as
+    every trace reader reads one (``scheduler.trace.id_cell``: ``9.0`` is ``'9'``, the prompt a text
+    ``"9"`` names), a ``ValueError`` naming ``field`` for what that rule refuses (``1.5``, ``true``,
+    NaN...) and for null or a list: ``str()`` of it made ``'9.0'``, ``'True'`` and ``'None'`` ids,
+    one prompt's history split in two and flags taken for prompts."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (list, dict)):
+        raise ValueError(f"{field}={value!r}: an id is text or a number")
+    try:
+        return id_cell(value)
+    except ValueError as error:
+        raise ValueError(f"{field}={value!r}: {error}") from None
 
 
 def _count(value: object) -> int:

@@ -8,17 +8,17 @@ sync50). Here each entry is still parsed on its own (one entry that does not rea
 neighbours with it), by ``orjson`` (~3x ``json.loads``), and every column is then taken from the
 parsed reports at once and checked as a column.
 
-Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer counts
-in range, each at least the trace format's least (``scheduler.trace.MINIMUM``), no output past its cap,
-a string prompt id, a known finish reason or none, a numeric reward or none, a features object of text
-and numbers: ``predictors.tracetable``'s ``finite_number`` and ``feature_value``, the rules the
-entry-by-entry read keeps a value by, ``foldable``) is read here; any other page (an entry written by
-something else, or by an older release, that is not UTF-8, or not a report at all) is answered ``None``,
-and the caller reads it entry by entry as before, which skips what does not read and says so. So a page
-reads to the same rows either way, and the stream's wire format (one field ``a``, the report's JSON) is
+Only a page whose every entry is in the form the service writes (``ActualReport``'s JSON: integer counts in
+range, each at least the trace format's least (``scheduler.trace.MINIMUM``), no output past its cap, a
+string prompt id, a string schedule id or none, a known finish reason or none, a numeric reward or none, a
+features object of text and numbers: ``predictors.tracetable``'s ``finite_number`` and ``feature_value``,
+the rules the entry-by-entry read keeps a value by, ``foldable``) is read here; any other page (an entry
+written by something else, or by an older release, that is not UTF-8, or not a report at all) is answered
+``None``, and the caller reads it entry by entry as before, which skips what does not read and says so. So a
+page reads to the same rows either way, and the stream's wire format (one field ``a``, the report's JSON) is
 unchanged. Where ``orjson`` and ``json`` read a text differently it is one ``orjson`` refuses (``NaN``,
-``1e400``, an escaped lone surrogate) or reads as a float (an integer past 64 bits, which no count may
-be): the page is then read by the entry-by-entry path, with ``json``, as before."""
+``1e400``, an escaped lone surrogate) or reads as a float (an integer past 64 bits, which no count may be):
+the page is then read by the entry-by-entry path, with ``json``, as before."""
 
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def page_trace(values: Sequence[str], texts: SharedTexts) -> tuple[Trace, list[s
         finish = np.array([_FINISH[doc.get("finish_reason")] for doc in docs], dtype=np.int8)
         reward = _rewards(docs)
         numeric, categorical = typed_extras(len(docs), _extras(docs, texts))
+        schedules = _schedules(docs, texts)
     except (_NotPlainError, KeyError, TypeError):  # TypeError: an unhashable finish reason
         return None
-    schedules = [None if (s := doc.get("schedule_id")) is None else texts(str(s)) for doc in docs]
     trace = Trace(
         **counts,
         prompt_id=prompts,
@@ -124,6 +124,15 @@ def _prompts(docs: list[dict[str, Any]], texts: SharedTexts) -> ObjArray:
     column = np.empty(len(ids), dtype=object)
     column[:] = [texts(prompt) for prompt in ids]
     return column
+
+
+def _schedules(docs: list[dict[str, Any]], texts: SharedTexts) -> list[str | None]:
+    """The schedule each report named (None: none); ``_NotPlainError`` unless each is a string or
+    none: a number another writer left is read by the trace's id rule, entry by entry (``actuals``)."""
+    named = [doc.get("schedule_id") for doc in docs]
+    if not all(schedule is None or type(schedule) is str for schedule in named):
+        raise _NotPlainError
+    return [None if schedule is None else texts(schedule) for schedule in named]
 
 
 def _rewards(docs: list[dict[str, Any]]) -> FloatArray:
