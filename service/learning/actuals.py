@@ -64,13 +64,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
-from predictors.tracetable import Trace, foldable
-from scheduler.trace import TraceRow, id_cell
+from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
-from service.api.schemas import MAX_COUNT
 from service.delivery import keys
-from service.delivery.stored import utf8
 from service.delivery.views import text
+from service.learning.actuals_entry import UNREADABLE, entry_row
 from service.learning.actuals_page import page_trace
 from service.learning.shared_texts import SharedTexts
 from service.redis_conn import RedisClient
@@ -80,7 +79,6 @@ PAGE = 10_000  # entries per XRANGE while reading the history
 # The skipped entries a read of the whole stream names in its one line (``ActualsLog._tell``): enough
 # to find a foreign writer's first few by hand, never a line as long as the stream
 SKIPPED_NAMED = 8
-_UNREADABLE = (ValueError, KeyError, TypeError, RecursionError)  # what ``_row`` raises for an entry
 Skipped = list[tuple[str, str]]  # the entries a read skipped: id, why
 # Reports per append script call, so how long one call holds Redis: new reports cost ~7-12 us of
 # server time each (valkey, 100,000 in one call: 0.75-1.5 s), so a chunk ~7-12 ms (a few ms when
@@ -308,7 +306,7 @@ class ActualsLog:
     def _rows(self, page: list[Entry], skipped: Skipped) -> tuple[Trace, list[str | None]]:
         """The entries of ``page`` that read as reports, as trace rows, and the schedule each named:
         all at once where every entry is as the service writes it (``actuals_page``), else entry by
-        entry (``_row``: what does not read is skipped, added to ``skipped`` with why)."""
+        entry (``actuals_entry``: what does not read is skipped, added to ``skipped`` with why)."""
         values = [fields.get("a", "") for _, fields in page]
         plain = page_trace(values, self._texts)
         if plain is not None:
@@ -316,77 +314,7 @@ class ActualsLog:
         read: list[tuple[TraceRow, str | None]] = []
         for (entry_id, _), raw in zip(page, values, strict=True):
             try:
-                read.append(_entry_row(raw, self._texts))
-            except _UNREADABLE as error:  # written by something else
+                read.append(entry_row(raw, self._texts))
+            except UNREADABLE as error:  # written by something else
                 skipped.append((entry_id, str(error)))
         return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
-
-
-def _row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None] | None:
-    """``_entry_row``, None where the entry does not read (the read's rows, without why)."""
-    try:
-        return _entry_row(raw, texts)
-    except _UNREADABLE:
-        return None
-
-
-def _entry_row(raw: str, texts: SharedTexts) -> tuple[TraceRow, str | None]:
-    """One stored report as a trace row, and the schedule it names (None: none); JSON is parsed
-    directly (it was validated when stored), which reads a 2M-entry history at startup ~10x faster
-    than re-validating every report.
-
-    An entry that no longer reads (written by something else, or stored before the API bounded its
-    counts) raises one of ``_UNREADABLE``, and the read skips it and says so, naming its id so it
-    can be found, and deleted, by hand (``ActualsLog._tell``): failing on it would fail every later
-    read of the history, and so every replica's start-up, until someone deleted it by hand. So is
-    one that is not UTF-8 (its bytes arrive as lone surrogates, ``service/delivery/stored.py``):
-    its JSON may parse, but its prompt id is no prompt's, and its text no text the API stores. So
-    is one whose fields the trace table would not hold (``foldable``: a finish reason "abort",
-    features that are not an object, a reward that is not a finite number): it would raise out of
-    ``Trace.from_rows`` for the whole page, on every later sync and every replica's start
-    (poison51); so would JSON that is not an object (``[1]``), or nested too deep for ``json``
-    (``RecursionError``)."""
-    if not utf8(raw):
-        raise ValueError(f"not UTF-8: {raw.encode('utf-8', 'surrogateescape')[:80]!r}")
-    doc = json.loads(raw)
-    if not isinstance(doc, dict):
-        raise TypeError(f"not a JSON object but {type(doc).__name__}")
-    schedule = doc.get("schedule_id")
-    row = foldable(
-        TraceRow(
-            step=_count(doc["step"]),
-            prompt_id=texts(_stored_id(doc["prompt_id"], "prompt_id")),
-            sample_idx=_count(doc["sample_idx"]),
-            prompt_tokens=_count(doc["prompt_tokens"]),
-            output_tokens=_count(doc["output_tokens"]),
-            max_new_tokens=None if doc.get("max_new_tokens") is None else _count(doc["max_new_tokens"]),
-            finish_reason=doc.get("finish_reason"),
-            reward=doc.get("reward"),
-            features=texts.features(doc.get("features", {})),
-        )
-    )
-    return row, None if schedule is None else texts(_stored_id(schedule, "schedule_id"))
-
-
-def _stored_id(value: object, field: str) -> str:
-    """An id as the stream holds it: the API's text as stored, a number another writer left read as
-    every trace reader reads one (``scheduler.trace.id_cell``: ``9.0`` is ``'9'``, the prompt a text
-    ``"9"`` names), a ``ValueError`` naming ``field`` for what that rule refuses (``1.5``, ``true``,
-    NaN...) and for null or a list: ``str()`` of it made ``'9.0'``, ``'True'`` and ``'None'`` ids,
-    one prompt's history split in two and flags taken for prompts."""
-    if isinstance(value, str):
-        return value
-    if value is None or isinstance(value, (list, dict)):
-        raise ValueError(f"{field}={value!r}: an id is text or a number")
-    try:
-        return id_cell(value)
-    except ValueError as error:
-        raise ValueError(f"{field}={value!r}: {error}") from None
-
-
-def _count(value: object) -> int:
-    """A stored count as an int, refused (``ValueError``) outside what the API accepts."""
-    number = int(str(value))  # str: refuses 2.5 and true, which int() would take
-    if not 0 <= number <= MAX_COUNT:
-        raise ValueError(f"count {number} is outside [0, {MAX_COUNT}]")
-    return number

@@ -1,7 +1,7 @@
 """A page of actuals-stream entries read straight into trace columns, with no ``TraceRow`` per entry.
 
 Why: a replica syncs every report any replica stored, and at start it reads the whole stream (1.2 M
-entries at 36 steps of 2,048 x 16). Read entry by entry (``actuals._row``: parse, a ``TraceRow``,
+entries at 36 steps of 2,048 x 16). Read entry by entry (``actuals_entry.entry_row``: parse, a ``TraceRow``,
 then ``Trace.from_rows`` copying each row's fields into column lists), the rows cost ~0.3 s of CPU
 per 32,768 entries, more than the stream read itself once hiredis parses it (docs/experiments.md,
 sync50). Here each entry is still parsed on its own (one entry that does not read must not take its

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictors.tracetable import Trace
-from service.learning.actuals import _row
+from service.learning.actuals_entry import row_or_none
 from service.learning.actuals_page import page_trace
 from service.learning.shared_texts import SharedTexts
 
@@ -57,7 +57,7 @@ def entries(draw: st.DrawFn) -> str:
 @settings(max_examples=400)
 @given(st.lists(entries(), min_size=1, max_size=6))
 def test_every_entry_the_reader_keeps_the_trace_table_holds(values: list[str]) -> None:
-    kept = [read[0] for raw in values if (read := _row(raw, SharedTexts())) is not None]
+    kept = [read[0] for raw in values if (read := row_or_none(raw, SharedTexts())) is not None]
     trace = Trace.from_rows(kept)  # raised, before, for a kept "abort", [1.0] or "high"
     assert len(trace) == len(kept)
 
@@ -68,7 +68,7 @@ def test_a_page_read_as_columns_reads_to_the_rows_its_entries_read_alone_give(va
     page = page_trace(values, SharedTexts())
     if page is None:
         return  # left to the entry-by-entry read, the property above
-    kept = [read for raw in values if (read := _row(raw, SharedTexts())) is not None]
+    kept = [read for raw in values if (read := row_or_none(raw, SharedTexts())) is not None]
     alone = Trace.from_rows(row for row, _ in kept)
     rows, schedules = page
     assert list(rows.rows()) == list(alone.rows())

@@ -142,3 +142,26 @@ def test_a_sync_after_the_foreign_entry_reads_it_the_same(redis_client: redis.Re
     more: dict[str, Any] = log.rows_after(cursor)._asdict()
     assert list(more["rows"].prompt_id) == ["12"]
     assert more["schedules"] == ["3"]
+
+
+@pytest.mark.parametrize(("written", "read_as"), [("3", 3), ("3.0", 3), ("3e0", 3), ('"3"', 3)])
+def test_a_count_another_writer_left_as_a_float_reads_as_a_trace_reads_it(
+    written: str, read_as: int, redis_client: redis.Redis
+) -> None:
+    raw = _entry('"q"').replace('"step": 0', f'"step": {written}')
+    read, counted, _ = _read(redis_client, [raw])
+    assert list(read.rows.step) == [0, read_as]
+    assert counted == []
+    assert parse_row(json.loads(raw), "trace.jsonl", 1).step == read_as
+
+
+@pytest.mark.parametrize("written", ["2.5", "true", '"1_0"', "NaN"])
+def test_a_count_that_is_no_integer_makes_the_entry_unreadable(
+    written: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = _entry('"q"').replace('"step": 0', f'"step": {written}')
+    with caplog.at_level(logging.WARNING, logger="service.actuals"):
+        read, counted, _ = _read(redis_client, [raw])
+    assert list(read.rows.prompt_id) == ["9"]
+    assert counted == [1]
+    assert "step" in caplog.records[0].getMessage()

@@ -18,7 +18,8 @@ from predictors.tracetable import Trace
 from service.api.learning_schemas import ActualReport
 from service.delivery.stored import REPLY_DECODING
 from service.learning import actuals
-from service.learning.actuals import ActualsLog, Entry, _row
+from service.learning.actuals import ActualsLog, Entry
+from service.learning.actuals_entry import row_or_none
 from service.learning.actuals_page import page_trace
 from service.learning.shared_texts import SharedTexts
 from tests.service.api_helpers import actual_report
@@ -46,8 +47,8 @@ def _reports(step: int, count: int) -> list[ActualReport]:
 
 
 def _one_by_one(values: list[str]) -> tuple[Trace, list[str | None]]:
-    """The entries read as the service read every page before: each alone (``_row``)."""
-    read = [row for raw in values if (row := _row(raw, SharedTexts())) is not None]
+    """The entries read as the service read every page before: each alone (``row_or_none``)."""
+    read = [row for raw in values if (row := row_or_none(raw, SharedTexts())) is not None]
     return Trace.from_rows(row for row, _ in read), [schedule for _, schedule in read]
 
 

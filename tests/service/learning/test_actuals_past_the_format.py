@@ -22,7 +22,8 @@ from fastapi.testclient import TestClient
 from scheduler.trace import TraceFormatError, parse_row
 from service.api.learning_schemas import ActualReport
 from service.learning import actuals
-from service.learning.actuals import ActualsLog, _row
+from service.learning.actuals import ActualsLog
+from service.learning.actuals_entry import row_or_none
 from service.learning.actuals_page import page_trace
 from service.learning.shared_texts import SharedTexts
 from tests.service.api_helpers import actual_report
@@ -63,7 +64,7 @@ def test_both_read_paths_skip_the_entry_and_keep_every_report_beside_it(
 ) -> None:
     raw = json.dumps(report)  # as a release before 2026-12-02 stored it
     assert page_trace([raw], SharedTexts()) is None  # not read as columns: left to the entry read
-    assert _row(raw, SharedTexts()) is None  # which skips it
+    assert row_or_none(raw, SharedTexts()) is None  # which skips it
     log = ActualsLog(redis_client, maxlen=10**6)
     log.append([ActualReport.model_validate(r) for r in OTHERS[:8]])
     bad = redis_client.xadd(log.key, {"a": raw})

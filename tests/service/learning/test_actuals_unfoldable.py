@@ -23,6 +23,7 @@ from predictors.store import ModelStore
 from service.api.learning_schemas import ActualReport
 from service.learning import actuals
 from service.learning.actuals import ActualsLog
+from service.learning.actuals_entry import row_or_none
 from service.learning.actuals_page import page_trace
 from service.learning.follower import Follower
 from service.learning.models import ModelService
@@ -31,7 +32,7 @@ from tests.service.api_helpers import AppFactory, actual_report
 
 FOREIGN = {"step": 0, "prompt_id": "p9", "sample_idx": 0, "prompt_tokens": 10, "output_tokens": 5}
 # Each was kept by the row check and then raised out of ``Trace.from_rows`` (the last three out of
-# ``_row`` itself, uncaught).
+# ``row_or_none`` itself, uncaught).
 UNFOLDABLE = {
     "finish-abort": json.dumps({**FOREIGN, "finish_reason": "abort"}),
     "finish-a-number": json.dumps({**FOREIGN, "finish_reason": 1}),
@@ -83,7 +84,7 @@ def test_the_page_keeps_no_feature_value_the_entry_by_entry_read_skips(feature: 
     """A ``true`` feature was read as 1.0 by the page; the entry-by-entry read now skips it, so the
     page leaves it to that read, and a page reads to the same rows either way."""
     raw = json.dumps({**FOREIGN, "features": {"x": feature}})
-    assert actuals._row(raw, SharedTexts()) is None
+    assert row_or_none(raw, SharedTexts()) is None
     assert page_trace([raw], SharedTexts()) is None
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from service.learning.actuals import _entry_row, _row
+from service.learning.actuals_entry import entry_row, row_or_none
 from service.learning.shared_texts import SharedTexts
 
 ENTRY = {"step": 1, "prompt_id": "p0", "sample_idx": 0, "prompt_tokens": 10, "output_tokens": 5}
@@ -18,15 +18,15 @@ def test_an_entry_that_is_not_utf8_is_skipped_and_its_warning_quotes_its_first_8
 ) -> None:
     stored = json.dumps({**ENTRY, "features": {"tag": "x" * 500}}).encode() + b"\xff"
     raw = stored.decode("utf-8", "surrogateescape")  # as the service's clients read it back
-    assert _row(raw, SharedTexts()) is None
+    assert row_or_none(raw, SharedTexts()) is None
     with pytest.raises(ValueError) as skipped:  # why the read skips it: what its warning says
-        _entry_row(raw, SharedTexts())
+        entry_row(raw, SharedTexts())
     warning = str(skipped.value)
     assert repr(stored[:80]) in warning
     assert repr(stored[:81]) not in warning
 
 
 def test_the_same_entry_in_utf8_is_read() -> None:
-    read = _row(json.dumps(ENTRY), SharedTexts())
+    read = row_or_none(json.dumps(ENTRY), SharedTexts())
     assert read is not None
     assert (read[0].prompt_id, read[0].output_tokens) == ("p0", 5)
