@@ -123,23 +123,42 @@ def int_cell(raw: object, column: str, minimum: int) -> int:
     if isinstance(raw, int):
         value = raw
     elif isinstance(raw, float):
-        if not math.isfinite(raw) or raw != int(raw):
-            raise ValueError("expected an integer")
-        value = int(raw)
+        value = integral(raw)
     else:
         text = _plain_number(raw)
         try:
             value = int(text)
         except ValueError:
-            number = _number(text, "expected an integer")  # "12.0" is accepted; "12.5" and "abc" are not
-            if not math.isfinite(number) or number != int(number):
-                raise ValueError("expected an integer") from None
-            value = int(number)
+            # "12.0" is accepted; "12.5" and "abc" are not
+            value = integral(_number(text, "expected an integer"))
     if value < minimum:
         raise ValueError(_below(column, minimum))
     if value > INT64_MAX:  # counts and steps are held as int64 columns
         raise ValueError(f"exceeds {INT64_MAX}")
     return value
+
+
+def integral(number: float) -> int:
+    """A count written as a float (``12.0``, ``1e2``) as the integer it is; a ``ValueError`` for a
+    fraction, NaN or an infinity. The one rule a count is read by wherever one arrives as a number:
+    every trace path (``int_cell``) and the API's bodies (``json_count``)."""
+    if not math.isfinite(number) or number != int(number):
+        raise ValueError("expected an integer")
+    return int(number)
+
+
+def json_count(value: object) -> object:
+    """A count in a JSON body (a pydantic ``BeforeValidator``): a float read by ``integral``, refused
+    in words naming it; anything else as it came, for the model's strict ``int`` to take or refuse.
+    JSON has one number type, so ``1.0`` is the integer 1 (JSON Schema's ``integer`` takes it, and a
+    float column's writer emits it), as a trace reads it; ``true`` and ``"1"`` are no number in JSON,
+    and a strict body refuses them, where a csv cell, always text, cannot tell."""
+    if type(value) is not float:
+        return value
+    try:
+        return integral(value)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {value!r}") from None
 
 
 # The largest integer a float holds exactly with every smaller one: past it a float id may be another

@@ -15,11 +15,13 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_va
 from scheduler.trace import actual_finish, output_length
 from service.api.schemas import (
     MAX_COUNT,
+    Count,
     Features,
     Name,
     ScheduleId,
     Strict,
     Tokens,
+    Whole,
     few_feature_names,
 )
 
@@ -33,14 +35,14 @@ def _an_actual_finish(finish: object) -> object:
 class ActualReport(Strict):
     """One finished trajectory as it really ran, reported by its worker."""
 
-    step: int = Field(ge=0, le=MAX_COUNT)
+    step: Count
     prompt_id: Name
-    sample_idx: int = Field(ge=0, le=MAX_COUNT)
+    sample_idx: Count
     worker_id: Name
     prompt_tokens: Tokens
     # before output_tokens, which is held to a length's least only where this says a length (``_a_length``)
     finish_reason: Annotated[Literal["stop", "length"], BeforeValidator(_an_actual_finish)]
-    output_tokens: int = Field(le=MAX_COUNT)  # at least the token it ended on (``_a_length``)
+    output_tokens: Whole = Field(le=MAX_COUNT)  # at least the token it ended on (``_a_length``)
     wall_time_s: float | None = Field(default=None, gt=0)  # admission to last token on the engine;
     # None: not measured (history imported from a trace), so the report teaches length, not speed
     reward: float | None = None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -24,6 +25,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from scheduler.trace import json_count
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 from service.workerspec import MAX_WORKERS
@@ -63,7 +65,11 @@ MAX_COUNT = 2**31 - 1  # steps, token counts, sample indices
 MAX_SEED = 2**63 - 1
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # integers inside ``sampling.extra``
 MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
-Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+# A count the trace format holds too (a step, a sample index, token counts): a JSON number with no
+# fraction (``1.0``) is that integer, as a trace reads it (``scheduler.trace.json_count``: why)
+Whole = Annotated[int, BeforeValidator(json_count)]
+Count = Annotated[Whole, Field(ge=0, le=MAX_COUNT)]
+Tokens = Annotated[Whole, Field(gt=0, le=MAX_COUNT)]
 
 
 def _utf8(text: str) -> str:
@@ -274,7 +280,7 @@ class ScheduleRequest(Strict):
     batch: Batch
     inventory: InventorySpec
     model: str | None = Field(default=None, min_length=1, max_length=64)  # model preset: 1.5b, 7b, 14b, 32b
-    step: int = Field(default=0, ge=0, le=MAX_COUNT)  # training step; the predictor uses history before it
+    step: Count = 0  # training step; the predictor uses history before it
     policy: str | None = Field(default=None, min_length=1, max_length=64)  # cpsat (default), lpt,
     # least_loaded, round_robin
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on

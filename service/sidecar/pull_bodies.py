@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from scheduler.trace import output_length
+from scheduler.trace import json_count, output_length
 from service.delivery.records import MAX_EXTRA_DEPTH, json_depth
 from service.sidecar.finish_reasons import ended_by_itself
 from service.sidecar.pull_finish import reported_finish
@@ -63,7 +63,8 @@ class DoneBody(_LeaseRef):
     # read before output_tokens: whether it says a length (``_a_length``); an engine's word for one
     # the service knows is read as it (``finish_reasons``, ``pull_finish``), any other refused
     finish_reason: Annotated[Text, BeforeValidator(reported_finish)] = "stop"
-    output_tokens: int = Field(ge=0, le=MAX_TOKENS)  # and at most the item's cap (checked on /done)
+    # and at most the item's cap (checked on /done); 5.0 is 5, as the service and a trace read it
+    output_tokens: Annotated[int, BeforeValidator(json_count)] = Field(ge=0, le=MAX_TOKENS)
     output: Text = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
