@@ -139,8 +139,9 @@ def _ints(column: Any, minimum: int, required: bool) -> IntArray:
 
 def _text(column: Any) -> ObjArray:
     """Prompt ids: non-empty text with nothing to strip, or a column of integers (or of integral
-    floats up to 2**53) read as their digits, as ``scheduler.trace.id_cell`` reads each cell: a
-    numeric id column is common (pandas, a dataset's index) and went row by row, ~15x slower."""
+    floats up to 2**53, or of integral decimals) read as their digits, as ``scheduler.trace.id_cell``
+    reads each cell: a numeric id column is common (pandas, a dataset's index, a database's
+    ``NUMERIC``) and went row by row, ~15x slower."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -160,9 +161,26 @@ def _text(column: Any) -> ObjArray:
             raise _RejectedError
         digits = pc.cast(pa.array(raw.astype(np.int64)), pa.string())
         return np.asarray(digits.to_numpy(zero_copy_only=False), dtype=object)
+    if pat.is_decimal(column.type):
+        return _decimal_digits(column)
     if not (pat.is_string(column.type) or pat.is_large_string(column.type)) or _any_edge_space(column):
         raise _RejectedError
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _decimal_digits(column: Any) -> ObjArray:
+    """A decimal id column's integers as digits (``1.00`` -> ``'1'``, id_cell's rule): cast to scale 0
+    at its own precision, which pyarrow refuses where it would lose a fraction (``1.50``: id_cell
+    refuses it, at its row). A decimal holds no NaN nor infinity, and any precision is exact."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    whole = pa.decimal256 if _types().is_decimal256(column.type) else pa.decimal128
+    try:
+        integers = pc.cast(column, whole(column.type.precision, 0))
+    except pa.ArrowInvalid as exc:
+        raise _RejectedError from exc
+    return np.asarray(pc.cast(integers, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
 
 
 def _finish(column: Any, n: int) -> np.ndarray:
@@ -219,6 +237,8 @@ def _extra(name: str, column: Any, numeric: dict[str, FloatArray], categorical: 
         if not np.all(np.isnan(values)):  # the row path never sees a column with no present value
             numeric[name] = values
         return
+    if pat.is_decimal(column.type):
+        return _decimal_digits(column)
     if not (pat.is_string(column.type) or pat.is_large_string(column.type)) or _any_edge_space(column):
         raise _RejectedError
     if np.all(missing):
