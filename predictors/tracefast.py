@@ -237,8 +237,6 @@ def _extra(name: str, column: Any, numeric: dict[str, FloatArray], categorical: 
         if not np.all(np.isnan(values)):  # the row path never sees a column with no present value
             numeric[name] = values
         return
-    if pat.is_decimal(column.type):
-        return _decimal_digits(column)
     if not (pat.is_string(column.type) or pat.is_large_string(column.type)) or _any_edge_space(column):
         raise _RejectedError
     if np.all(missing):

@@ -89,3 +89,12 @@ def test_a_decimal_id_the_rule_refuses_is_left_to_the_row_path(tmp_path: Path, b
     assert fast_trace(pq.read_table(path)) is None
     with pytest.raises(InvalidInputError, match=rf"t\.parquet:2:prompt_id.*{why}"):
         read_trace(path)
+
+
+def test_a_decimal_feature_beside_decimal_ids_reads_as_the_row_path_reads_it(tmp_path: Path) -> None:
+    path = _parquet(tmp_path / "t.parquet", [Decimal("1.00"), Decimal("2.00")], KINDS["decimal(10,2)"])
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("level", pa.array([Decimal("3.00"), None], pa.decimal128(4, 2))), path)
+    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+    [first, second] = read_trace(path).rows()
+    assert (first.prompt_id, first.features, second.features) == ("1", {"level": 3.0}, {})
