@@ -175,14 +175,19 @@ def sidecar(
     log_level: LogLevelFlag = "INFO",
 ) -> None:
     """Validate the flags, then serve until SIGTERM; print the final counters as one JSON line. A
-    SIGTERM or SIGINT before the run handles them stops it at once, exit 0 (``early_stop``)."""
+    SIGTERM or SIGINT before the run handles them stops it at once, exit 0 (``early_stop``). A crash,
+    in the run or before it, prints the line too, with its ``error`` (``_crashed``)."""
     from service.sidecar import early_stop
 
     owns_process = _owns_process(ctx)
     if owns_process:
         early_stop.arm()  # first: the run's own handlers come only once it runs
+    stats: SessionStats | None = None
     try:
         from service.sidecar.launch import SidecarOptions
+        from service.sidecar.session_settings import SessionStats
+
+        stats = SessionStats()  # the run counts into it: a run that raised leaves its counts here
 
         redis_url, url_from = _redis_url(ctx, redis_url)
         options = SidecarOptions(
@@ -212,12 +217,13 @@ def sidecar(
             health_port=health_port,
             health_host=health_host,
         )
-        _run(options, log_level, (device, model, num_gpus), url_from, owns_process)
+        _run(options, log_level, (device, model, num_gpus), url_from, owns_process, stats)
     except early_stop.StoppedBeforeRunError as stopped:
         stopped_before_run(worker_id, stopped.signal_name)
-    except Exception:  # a crash before the run's own catch (``_serve``'s): its exit is decided, 1
-        if owns_process:  # a stop landing in its report (the logging's hook) raised exit 0 over it
-            _deaf_to_stop_signals()
+    except typer.Exit:  # an exit the command decided (a refused flag, a run that raised): its line said
+        raise
+    except Exception as exc:  # a crash, in the run or before it: its exit is decided, 1
+        _crashed(worker_id, stats, exc, owns_process)
         raise
 
 
@@ -259,8 +265,9 @@ def _run(
     options: SidecarOptions,
     log_level: str,
     kv_source: tuple[str | None, str, int],
-    url_from: str | None = "--redis-url",
-    owns_process: bool = False,
+    url_from: str | None,
+    owns_process: bool,
+    stats: SessionStats,
 ) -> None:
     """The command once its flags are gathered: a flag that makes no sense is one line on stderr and
     exit code 2 before anything connects; otherwise serve until SIGTERM and print the final counters
@@ -274,7 +281,8 @@ def _run(
     except ValueError as exc:
         _exit_with(2, str(exc), owns_process)
     logs.configure(log_level.upper(), fields={"worker_id": options.worker_id})
-    _counters_line(options.worker_id, _serve(options, owns_process))
+    _serve(options, stats, owns_process)
+    _counters_line(options.worker_id, stats)
 
 
 def _counters_line(worker_id: str, stats: SessionStats, error: str | None = None) -> None:
@@ -286,21 +294,19 @@ def _counters_line(worker_id: str, stats: SessionStats, error: str | None = None
     typer.echo(json.dumps(line))
 
 
-def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
-    """Run the sidecar in its mode until SIGTERM; its counters. What no wait fixes (a port taken, a
-    wrong password, an old Redis) is exit code 2; a loop of the sidecar that died (a bug: logged
-    CRITICAL with its traceback, what it held handed back) is exit code 70, for the supervisor to
-    restart it (``service/sidecar/supervision.py``). Either prints the counters line, with what the
+def _serve(options: SidecarOptions, stats: SessionStats, owns_process: bool = False) -> None:
+    """Run the sidecar in its mode until SIGTERM, counting into ``stats``. What no wait fixes (a port
+    taken, a wrong password, an old Redis) is exit code 2; a loop of the sidecar that died (a bug:
+    logged CRITICAL with its traceback, what it held handed back) is exit code 70, for the supervisor
+    to restart it (``service/sidecar/supervision.py``). Either prints the counters line, with what the
     run had counted and its ``error`` (a raised run printed its stderr line alone, and an operator
     grepping a fleet's counters lines missed it), then that one line on stderr. Anything else the run
-    raises is a bug: the counters line too, then the exception goes on (its traceback, exit 1)."""
+    raises is a bug, and goes on to the command (``_crashed``: the counters line too, exit 1)."""
     from service.redis_conn import RedisRefusedError, RedisTooOldError
     from service.sidecar import early_stop
     from service.sidecar.launch import CannotListenError, run_pull, run_push
-    from service.sidecar.session_settings import SessionStats
     from service.sidecar.supervision import EXIT_LOOP_DIED, LoopDiedError
 
-    stats = SessionStats()  # the run counts into it: a run that raised leaves its counts here
     run = run_pull if options.pull_api_port is not None else run_push
     try:  # a port taken decides it too, where ``launch`` binds it (the health port, the pull API's)
         with early_stop.deciding(RedisRefusedError, RedisTooOldError, LoopDiedError):
@@ -311,12 +317,8 @@ def _serve(options: SidecarOptions, owns_process: bool = False) -> SessionStats:
         _raised(options.worker_id, stats, (2, str(exc)), owns_process)
     except LoopDiedError as exc:
         _raised(options.worker_id, stats, (EXIT_LOOP_DIED, str(exc)), owns_process)
-    except Exception as exc:  # a bug: exit 1, its traceback on stderr, and its counters line too
-        _unexpected(options.worker_id, stats, exc, owns_process)
-        raise
     if owns_process:  # a caller's own process (a test's CliRunner) keeps hearing Ctrl-C and SIGTERM
         _deaf_to_stop_signals()  # a run returns only once SIGTERM or SIGINT stopped it
-    return stats
 
 
 def _raised(worker_id: str, stats: SessionStats, exit_: tuple[int, str], owns_process: bool) -> NoReturn:
@@ -328,17 +330,22 @@ def _raised(worker_id: str, stats: SessionStats, exit_: tuple[int, str], owns_pr
     _exit_with(*exit_, owns_process)
 
 
-def _unexpected(worker_id: str, stats: SessionStats, exc: Exception, owns_process: bool) -> None:
-    """A run that raised what nothing expects (a bug; an ``OSError`` that is no port's): the counters
-    line, with what it had counted and, as ``error``, the last line of the traceback that follows on
-    stderr (exit 1, as any uncaught exception's), deaf first where it owns the process, as ``_raised``.
-    It printed the traceback alone, and the counters of a sidecar that died so were told nowhere; an
-    ``OSError`` was told as a port taken (``cannot listen``, exit 2) (helper review47c)."""
+def _crashed(worker_id: str, stats: SessionStats | None, exc: Exception, owns_process: bool) -> None:
+    """A crash, what nothing expects (a bug; an ``OSError`` that is no port's), in the run or before it
+    (the logging's set-up, the run's imports in a broken install, a bug in the checks): the counters
+    line, with what the run had counted (all zero before it) and, as ``error``, the last line of the
+    traceback that follows on stderr (exit 1, as any uncaught exception's), deaf first where it owns
+    the process: the crash's report (the logging's hook) runs with no exception in flight, and a stop
+    landing there raised the early stop's exit 0 over it (finish56). A run's crash printed its
+    traceback alone until helper review47c, one before the run until edges57: a fleet's logs grepped
+    for the counters lines, then ``error``, missed it. None where even the counters' module did not
+    import: no line to print."""
     import traceback
 
     if owns_process:
         _deaf_to_stop_signals()
-    _counters_line(worker_id, stats, traceback.format_exception_only(exc)[-1].strip())
+    if stats is not None:
+        _counters_line(worker_id, stats, traceback.format_exception_only(exc)[-1].strip())
 
 
 def _exit_with(status: int, reason: str, owns_process: bool) -> NoReturn:

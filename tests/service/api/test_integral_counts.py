@@ -14,7 +14,7 @@ and what strictness refuses (``true``, the text ``"1"``) stays refused: JSON say
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -52,7 +52,7 @@ def test_an_integral_number_is_the_integer_in_a_report_as_in_a_trace_row(
     response = _post(client, body)
     assert response.status_code == 200, response.json()
     assert response.json()["accepted"] == 1
-    [(_, fields)] = redis_client.xrange("rs:actuals")
+    [(_, fields)] = cast(list[tuple[str, dict[str, str]]], redis_client.xrange("rs:actuals"))
     assert json.loads(fields["a"])[field] == value  # stored as the integer, in the API's own form
     row = json.loads(body)["actuals"][0]
     assert getattr(parse_row(row, "trace.jsonl", 1), field) == value  # as a jsonl trace reads it

@@ -7,7 +7,8 @@ logging's configure and the run's own catch (``_serve``'s imports: a broken inst
 with those handlers still in, and its report is the logging's hook (``service.logs``), run with no
 exception in flight: a SIGTERM landing there raised the stop's ``SystemExit(0)`` from the hook, and
 the interpreter exited 0 with nothing printed, a crash reported to Kubernetes as a clean stop
-(finish56).
+(finish56). It prints the counters line all the same, all zero, with the crash as its ``error``
+(``test_crash_before_run_counters.py``).
 
 The child is the real console script's entry; the step after the logging's configure raises, and the
 logging's hook stands still as it reports the crash, until the test has signalled it (it says so
@@ -17,15 +18,20 @@ before the run.
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from service.sidecar.session_settings import SessionStats
 from tests.service.api.serve_child import serve_child, signalled_after
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120.0  # a bound against never, for a loaded host
+CRASH = "RuntimeError: planted crash"
 CHILD = """
 import sys
 from service import logs
@@ -60,8 +66,24 @@ def test_a_stop_signal_meeting_a_crash_before_the_run_leaves_its_status_and_its_
     sig: signal.Signals, tmp_path: Path
 ) -> None:
     child = serve_child(CHILD, [], tmp_path)
+    line = _counters_line(child)
     out, err = signalled_after(child, "reporting\n", sig, WAIT_S)
     assert child.returncode == 1, err[-2000:]
     assert "uncaught RuntimeError: planted crash" in err, err[-2000:]
     assert "before the run started: stopped" not in err, err[-2000:]  # not taken for an early stop
-    assert out == ""  # no counters line: nothing ran
+    assert out == ""  # nothing after the report
+    # the counters line, all zero (nothing ran), with the crash as its error, as every failed exit's
+    counters = json.loads(line)
+    assert counters == {"worker_id": "w0", **asdict(SessionStats()), "error": CRASH}
+
+
+def _counters_line(child: subprocess.Popen[str]) -> str:
+    """The child's first line on stdout, printed before the crash's report; the child killed and the
+    test failed where the report's own line comes first (no counters line: it would wait forever)."""
+    assert child.stdout is not None
+    first = child.stdout.readline()
+    if not first.startswith("{"):
+        child.kill()
+        child.wait()
+        pytest.fail(f"no counters line before the crash's report: {first!r}")
+    return first
