@@ -1,7 +1,8 @@
 """Request and response bodies of the HTTP API (pydantic), documented field by field in docs/api.md.
 
 Requests are strict: unknown fields, NaN/Infinity, strings where numbers belong and non-positive token
-counts are refused with 422 naming the field, before anything is predicted, planned or written.
+counts are refused with 422 naming the field, before anything is predicted, planned or written; a
+count written ``1.0`` is the integer 1, as a trace reads it (``Whole``), and ``1.5`` is refused.
 Cross-item rules (unique ``prompt_id``/``worker_id``, known devices and presets) are checked when the
 body is turned into core types (``service.api.convert``), with the same 422 shape. What the API
 answers about a published step (progress, results, a cancel) is in ``service.api.progress_schemas``;
