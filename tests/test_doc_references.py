@@ -26,6 +26,8 @@ from tests.doc_refs import (
 NOT_CODE: dict[str, str] = {
     "service.cli.served": "review53d's section of docs/experiments.md (history, not edited) names the "
     "function exit55 removed with uvicorn's replay of the signals it heard",
+    "service/learning/actuals.py::_entry_row": "ids56's section of docs/experiments.md (history, not "
+    "edited) names the entry read edges57 moved to service/learning/actuals_entry.py (``entry_row``)",
 }
 
 

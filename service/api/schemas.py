@@ -68,9 +68,11 @@ MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # integers inside ``sampling.extra``
 MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
 # A count the trace format holds too (a step, a sample index, token counts): a JSON number with no
 # fraction (``1.0``) is that integer, as a trace reads it (``scheduler.trace.json_count``: why)
+# (the bounds before the validator: after it, pydantic checks them but leaves them out of the JSON
+# schema, and OpenAPI showed ``ge``/``le`` where ``minimum``/``maximum`` belong)
 Whole = Annotated[int, BeforeValidator(json_count)]
-Count = Annotated[Whole, Field(ge=0, le=MAX_COUNT)]
-Tokens = Annotated[Whole, Field(gt=0, le=MAX_COUNT)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(json_count)]
+Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT), BeforeValidator(json_count)]
 
 
 def _utf8(text: str) -> str:
