@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from service import logs
 from service.commands import sidecar_checks
 from service.sidecar.session_settings import SessionStats
-from tests.service.sidecar.test_stop_signals_in_process import ARGS, _caller_app
+from tests.service.sidecar.command_run import ARGS, caller_app
 
 ZERO = {"worker_id": "w", **dict.fromkeys(SessionStats.__dataclass_fields__, 0)}
 
@@ -33,7 +33,7 @@ def test_a_crash_setting_up_the_logging_prints_a_zero_counters_line_with_its_err
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(logs, "configure", _planted)
-    result = CliRunner().invoke(_caller_app(), ARGS)
+    result = CliRunner().invoke(caller_app(), ARGS)
     assert result.exit_code == 1
     assert isinstance(result.exception, RuntimeError)  # not caught: the console script prints its traceback
     (line,) = result.stdout.splitlines()
@@ -43,14 +43,14 @@ def test_a_crash_setting_up_the_logging_prints_a_zero_counters_line_with_its_err
 
 def test_a_bug_in_the_start_s_checks_prints_it_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sidecar_checks, "check_worker_id", _planted)
-    result = CliRunner().invoke(_caller_app(), ARGS)
+    result = CliRunner().invoke(caller_app(), ARGS)
     assert result.exit_code == 1
     (line,) = result.stdout.splitlines()
     assert json.loads(line) == {**ZERO, "error": "RuntimeError: planted crash"}
 
 
 def test_a_refused_flag_is_still_one_line_on_stderr_and_no_counters_line() -> None:
-    result = CliRunner().invoke(_caller_app(), [*ARGS, "--max-num-seqs", "0"])
+    result = CliRunner().invoke(caller_app(), [*ARGS, "--max-num-seqs", "0"])
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("sidecar: ")
