@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from predictors.tracefast import fast_trace
 from predictors.traceio import read_trace
 from scheduler.errors import InvalidInputError
+from tests.predictors.id_columns import id_parquet, read_outcome
 
 KINDS = {
     "decimal(12,0)": pa.decimal128(12, 0),
@@ -30,22 +31,6 @@ KINDS = {
     "decimal256(50,3)": pa.decimal256(50, 3),
 }
 VALUES = [Decimal(v) for v in ("0", "1", "-3", "100", "1.00", "-0.00", "1.50", "0.01")] + [None]
-
-
-def _parquet(path: Path, ids: list[Decimal | None], kind: pa.DataType) -> Path:
-    n = len(ids)
-    columns = {"step": [0] * n, "prompt_id": pa.array(ids, kind)}
-    columns |= {"sample_idx": list(range(n)), "prompt_tokens": [5] * n, "output_tokens": [3] * n}
-    pq.write_table(pa.table(columns), path)
-    return path
-
-
-def _outcome(path: Path, fast: bool) -> object:
-    try:
-        trace = read_trace(path, fast=fast)
-    except InvalidInputError as exc:
-        return ("error", str(exc))
-    return list(trace.rows())
 
 
 @st.composite
@@ -60,8 +45,8 @@ def id_columns(draw: st.DrawFn) -> tuple[pa.DataType, list[Decimal | None]]:
 def test_both_paths_read_a_decimal_id_column_alike(
     tmp_path: Path, column: tuple[pa.DataType, list[Decimal | None]]
 ) -> None:
-    path = _parquet(tmp_path / "t.parquet", column[1], column[0])
-    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+    path = id_parquet(tmp_path / "t.parquet", column[1], column[0])
+    assert read_outcome(path, fast=True) == read_outcome(path, fast=False)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +61,7 @@ def test_both_paths_read_a_decimal_id_column_alike(
 def test_an_integral_decimal_id_column_takes_the_fast_path_as_its_digits(
     tmp_path: Path, kind: str, ids: list[str], digits: list[str]
 ) -> None:
-    path = _parquet(tmp_path / "t.parquet", [Decimal(i) for i in ids], KINDS[kind])
+    path = id_parquet(tmp_path / "t.parquet", [Decimal(i) for i in ids], KINDS[kind])
     trace = fast_trace(pq.read_table(path))
     assert trace is not None
     assert trace.prompt_id.tolist() == digits
@@ -85,16 +70,16 @@ def test_an_integral_decimal_id_column_takes_the_fast_path_as_its_digits(
 
 @pytest.mark.parametrize(("bad", "why"), [(Decimal("1.50"), "integer"), (None, "missing")])
 def test_a_decimal_id_the_rule_refuses_is_left_to_the_row_path(tmp_path: Path, bad: object, why: str) -> None:
-    path = _parquet(tmp_path / "t.parquet", [Decimal("1.00"), bad], KINDS["decimal(10,2)"])  # type: ignore[list-item]
+    path = id_parquet(tmp_path / "t.parquet", [Decimal("1.00"), bad], KINDS["decimal(10,2)"])
     assert fast_trace(pq.read_table(path)) is None
     with pytest.raises(InvalidInputError, match=rf"t\.parquet:2:prompt_id.*{why}"):
         read_trace(path)
 
 
 def test_a_decimal_feature_beside_decimal_ids_reads_as_the_row_path_reads_it(tmp_path: Path) -> None:
-    path = _parquet(tmp_path / "t.parquet", [Decimal("1.00"), Decimal("2.00")], KINDS["decimal(10,2)"])
+    path = id_parquet(tmp_path / "t.parquet", [Decimal("1.00"), Decimal("2.00")], KINDS["decimal(10,2)"])
     table = pq.read_table(path)
     pq.write_table(table.append_column("level", pa.array([Decimal("3.00"), None], pa.decimal128(4, 2))), path)
-    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+    assert read_outcome(path, fast=True) == read_outcome(path, fast=False)
     [first, second] = read_trace(path).rows()
     assert (first.prompt_id, first.features, second.features) == ("1", {"level": 3.0}, {})

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from predictors.tracefast import fast_trace
 from predictors.traceio import read_trace
 from scheduler.errors import InvalidInputError
+from tests.predictors.id_columns import id_parquet, read_outcome
 
 EXACT = 2**53
 INTEGERS = [0, 1, 7, -3, 2**31 - 1, 2**62, -(2**63)]
@@ -35,22 +36,6 @@ VALUES: dict[str, list[Any]] = {
 }
 
 
-def _parquet(path: Path, ids: list[Any], kind: str) -> Path:
-    n = len(ids)
-    columns = {"step": [0] * n, "prompt_id": pa.array(ids, pa.type_for_alias(kind))}
-    columns |= {"sample_idx": list(range(n)), "prompt_tokens": [5] * n, "output_tokens": [3] * n}
-    pq.write_table(pa.table(columns), path)
-    return path
-
-
-def _outcome(path: Path, fast: bool) -> object:
-    try:
-        trace = read_trace(path, fast=fast)
-    except InvalidInputError as exc:
-        return ("error", str(exc))
-    return list(trace.rows())
-
-
 @st.composite
 def id_columns(draw: st.DrawFn) -> tuple[str, list[Any]]:
     kind = draw(st.sampled_from(sorted(VALUES)))
@@ -60,14 +45,14 @@ def id_columns(draw: st.DrawFn) -> tuple[str, list[Any]]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(column=id_columns())
 def test_both_paths_read_a_numeric_id_column_alike(tmp_path: Path, column: tuple[str, list[Any]]) -> None:
-    path = _parquet(tmp_path / "t.parquet", column[1], column[0])
-    assert _outcome(path, fast=True) == _outcome(path, fast=False)
+    path = id_parquet(tmp_path / "t.parquet", column[1], pa.type_for_alias(column[0]))
+    assert read_outcome(path, fast=True) == read_outcome(path, fast=False)
 
 
 @pytest.mark.parametrize("kind", ["int64", "int32", "int8", "uint64"])
 def test_an_integer_id_column_takes_the_fast_path_as_its_digits(tmp_path: Path, kind: str) -> None:
     ids = [0, 1, 7, 100] if kind.startswith("u") else [0, 1, -3, 100]
-    table = pq.read_table(_parquet(tmp_path / "t.parquet", ids, kind))
+    table = pq.read_table(id_parquet(tmp_path / "t.parquet", ids, pa.type_for_alias(kind)))
     trace = fast_trace(table)
     assert trace is not None
     assert trace.prompt_id.tolist() == [str(i) for i in ids]
@@ -76,7 +61,8 @@ def test_an_integer_id_column_takes_the_fast_path_as_its_digits(tmp_path: Path, 
 
 @pytest.mark.parametrize("kind", ["float64", "float32"])
 def test_an_integral_float_id_column_takes_the_fast_path_as_its_integers(tmp_path: Path, kind: str) -> None:
-    table = pq.read_table(_parquet(tmp_path / "t.parquet", [1.0, -0.0, -3.0, float(EXACT)], kind))
+    path = id_parquet(tmp_path / "t.parquet", [1.0, -0.0, -3.0, float(EXACT)], pa.type_for_alias(kind))
+    table = pq.read_table(path)
     trace = fast_trace(table)
     assert trace is not None
     assert trace.prompt_id.tolist() == ["1", "0", "-3", str(EXACT)]
@@ -96,7 +82,7 @@ def test_an_integral_float_id_column_takes_the_fast_path_as_its_integers(tmp_pat
     ids=["fraction", "nan", "infinity", "past-2**53", "missing-float", "missing-int"],
 )
 def test_an_id_the_rule_refuses_is_left_to_the_row_path(tmp_path: Path, kind: str, bad: object) -> None:
-    path = _parquet(tmp_path / "t.parquet", [1, bad], kind)
+    path = id_parquet(tmp_path / "t.parquet", [1, bad], pa.type_for_alias(kind))
     assert fast_trace(pq.read_table(path)) is None
     with pytest.raises(InvalidInputError, match=r"t\.parquet:2:prompt_id"):
         read_trace(path)
