@@ -24,7 +24,7 @@ from scheduler.policies.base import Placement
 from scheduler.policies.outlier_draws import Draws, outlier_draws, outlier_means
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import SAMPLES, spreads
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 Played = dict[tuple[tuple[int, ...], ...], list[npt.NDArray[np.int64]]]
 
@@ -51,7 +51,7 @@ def _swapped(placement: Placement, queues: tuple[tuple[int, ...], ...]) -> Place
 
 
 def test_each_plan_is_played_on_the_draws_in_order_each_draw_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
     placement = lpt.opening(request, problem, "HEURISTIC").placement
@@ -68,7 +68,7 @@ def test_each_plan_is_played_on_the_draws_in_order_each_draw_once(monkeypatch: p
 
 
 def test_the_candidate_handed_on_keeps_its_means_on_the_first_draws(monkeypatch: pytest.MonkeyPatch) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
     placement = lpt.opening(request, problem, "HEURISTIC").placement

@@ -24,14 +24,14 @@ from scheduler.policies.outlier_draws import Draws, outlier_draws, outlier_means
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import SAMPLES, least_mean, spreads
 from tests.scheduler.fake_clock import ManualClock, slow_lpt_phase, slow_stage
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 BUDGET_S = 100.0
 HEDGE_S = 5.0  # what a judgment seems to take once done (its draws' time), on the fake clock
 
 
 def test_the_plan_says_whether_the_at_once_hedge_judged_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    request = _request()
+    request = grouped_request()
     with clock.frozen():  # every draw fits
         judged = plan(request, "lpt")
         without = plan(dataclasses.replace(request, trajectories=_without_quantiles(request)), "lpt")
@@ -48,7 +48,7 @@ def test_the_judgment_comes_before_placing_again_so_a_budget_placing_again_spend
     # placing again seems to take the whole budget: judged after it, the plan went out unjudged with
     # samples on the Ascends; judged first, it is the fastest-kind plan, judged (the service's 80 ms
     # plans, where placing again took 5-39 ms of the ~35 left: budget49)
-    request = dataclasses.replace(_request(), time_budget_s=BUDGET_S)
+    request = dataclasses.replace(grouped_request(), time_budget_s=BUDGET_S)
     slow_stage(monkeypatch, lpt, "calibrated", BUDGET_S)
     planned = lpt.LptPolicy().plan(request)
     assert planned.at_once == robust_fast.FASTEST
@@ -58,7 +58,7 @@ def test_the_judgment_comes_before_placing_again_so_a_budget_placing_again_spend
 def test_a_clear_difference_ends_the_comparison_early_with_the_full_comparisons_verdict(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
     placement = lpt.opening(request, problem, "HEURISTIC").placement
@@ -132,7 +132,7 @@ def test_where_lpts_plan_was_judged_and_kept_the_search_leaves_time_to_judge_its
 ) -> None:
     # only a judgment that took the candidate kept time: the search ran to its end, and its plan
     # went out without the judgment lpt's had (1 of 6 plans at 400 ms, 1,024 x 16: budget49)
-    request = dataclasses.replace(_request(), time_budget_s=BUDGET_S)
+    request = dataclasses.replace(grouped_request(), time_budget_s=BUDGET_S)
     fake = slow_lpt_phase(monkeypatch, lpt)
     _lpts_judgment_keeping(monkeypatch, fake, HEDGE_S)
     verdicts = _judging_taking(monkeypatch, fake, HEDGE_S)
@@ -148,7 +148,7 @@ def test_a_searched_plan_the_judgment_had_no_time_for_yields_to_lpts_judged_plan
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # lpt's judgment seems to take no time, so none is kept, and the searched plan's finds none left
-    request = dataclasses.replace(_request(), time_budget_s=BUDGET_S)
+    request = dataclasses.replace(grouped_request(), time_budget_s=BUDGET_S)
     fake = slow_lpt_phase(monkeypatch, lpt)
     _lpts_judgment_keeping(monkeypatch, fake, 0.0)
     verdicts = _judging_taking(monkeypatch, fake, 0.0)
@@ -161,7 +161,7 @@ def test_a_searched_plan_the_judgment_had_no_time_for_yields_to_lpts_judged_plan
 
 
 def test_the_draws_played_in_chunks_are_those_of_one_pass() -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
     draws = outlier_draws(spread, request.seed)

@@ -14,39 +14,20 @@ import numpy as np
 import pytest
 
 from scheduler import clock
-from scheduler.devices import device_profile, model_preset
 from scheduler.planner import plan
 from scheduler.policies import lpt, robust_fast
 from scheduler.policies.outlier_draws import Draws, LazyDraws, outlier_draws
 from scheduler.policies.plan_draws import SeededDraws
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import SAMPLES, Spread, spreads
-from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-from tests.scheduler.test_robust_fast import _request
+from scheduler.types import PlanRequest
+from tests.scheduler.mixed_requests import grouped_request, service_batch
 
 
 def _spread(request: PlanRequest) -> Spread:
     spread = spreads(request.trajectories)
     assert spread is not None
     return spread
-
-
-def _service_batch(prompts: int, workers: int, seed: int, budget_s: float = 0.08) -> PlanRequest:
-    """As ``bench service`` asks: 16 samples a prompt, p90 near 1.8x p50, a 16,384-token cap, half
-    H100 and half Ascend 910B at 256 slots, no KV admission: the whole batch at once."""
-    rng = np.random.default_rng(seed)
-    batch = []
-    for p in range(prompts):
-        prompt, median = int(rng.integers(100, 800)), float(rng.lognormal(7.3, 0.5))
-        for s in range(16):
-            p50 = median * float(rng.uniform(0.8, 1.2))
-            p90 = p50 * float(rng.uniform(1.6, 2.0))
-            batch.append(Trajectory(f"b{p}", s, prompt, 16_384, p50, {0.5: p50, 0.9: p90}))
-    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
-    pool = [Worker(f"h-{j}", h100, max_num_seqs=256) for j in range(workers // 2)]
-    pool += [Worker(f"a-{j}", ascend, max_num_seqs=256) for j in range(workers // 2)]
-    inventory = Inventory(tuple(pool), model_preset("7b"))
-    return PlanRequest(tuple(batch), inventory, kv_admission=False, time_budget_s=budget_s, seed=seed)
 
 
 class _Eager(LazyDraws):
@@ -70,7 +51,7 @@ class _Counted(LazyDraws):
 
 @pytest.mark.parametrize("blocks", [(4, 8, 12, 16, 20, 24, 28, 32), (1, 2, 3, 32), (8, 32), (32,)])
 def test_draws_drawn_a_block_at_a_time_are_those_drawn_at_once(blocks: tuple[int, ...]) -> None:
-    for request in (_request(), _service_batch(16, 8, seed=5)):
+    for request in (grouped_request(), service_batch(16, 8, seed=5)):
         spread = _spread(request)
         whole = outlier_draws(spread, request.seed)
         lazy = LazyDraws(spread, request.seed)
@@ -86,7 +67,7 @@ def test_draws_drawn_a_block_at_a_time_are_those_drawn_at_once(blocks: tuple[int
 def test_a_spread_that_may_leave_the_linear_form_is_drawn_whole_at_the_first_ask() -> None:
     # a median near 1e300 takes any real draw past the linear form's limit: the log form is chosen
     # per trajectory over the draws in hand, so blocks would not be the one pass's draws
-    request = _request()
+    request = grouped_request()
     far = dataclasses.replace(
         request.trajectories[0], predicted_tokens=1e300, quantiles={0.5: 1e300, 0.9: 2e300}
     )
@@ -101,7 +82,7 @@ def test_a_spread_that_may_leave_the_linear_form_is_drawn_whole_at_the_first_ask
 def test_the_lazy_draws_give_the_verdict_and_plan_the_eager_ones_gave(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for request in (_request(), _request(h100s=3, ascends=1), _service_batch(24, 8, seed)):
+    for request in (grouped_request(), grouped_request(h100s=3, ascends=1), service_batch(24, 8, seed)):
         request = dataclasses.replace(request, seed=seed)
         problem, spread = build_problem(request), _spread(request)
         placement = lpt.opening(request, problem, "HEURISTIC").placement
@@ -115,7 +96,7 @@ def test_the_lazy_draws_give_the_verdict_and_plan_the_eager_ones_gave(
 
 
 def test_a_comparison_that_ends_at_eight_draws_draws_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    request = _request()  # the candidate wins clearly: the comparison ends at 8 draws a side
+    request = grouped_request()  # the candidate wins clearly: the comparison ends at 8 draws a side
     problem, spread = build_problem(request), _spread(request)
     placement = lpt.opening(request, problem, "HEURISTIC").placement
     _Counted.held = []
@@ -144,6 +125,6 @@ def test_the_services_4096_x_32_batch_is_judged_where_its_80_ms_are_enough(
 ) -> None:
     fake = _Generous()
     monkeypatch.setattr(clock, "now", fake.now)
-    planned = plan(_service_batch(256, 32, seed=1), policy)
+    planned = plan(service_batch(256, 32, seed=1), policy)
     assert planned.at_once in robust_fast.JUDGED
     assert fake.seconds < 0.08  # within the budget, on the clock the budget is read on

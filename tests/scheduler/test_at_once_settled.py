@@ -24,7 +24,7 @@ from scheduler.policies.outlier_draws import LazyDraws
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust_fast import FASTEST, KEPT, UNJUDGED, Candidate, Judged
 from tests.scheduler.fake_clock import ManualClock, slow_lpt_phase
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 HEDGED = Placement(((0, 1), (2,), (3,)), "HEURISTIC")  # lpt's plan, hedged
 PLACED = Placement(((0,), (1, 2), (3,)), "HEURISTIC")  # placed again by kind
@@ -65,7 +65,7 @@ class Script:
 
 
 def _settled(script: Script) -> lpt.Settled:
-    return lpt.settled(build_problem(_request()), _request(), HEDGED, None, 100.0, 1.0)
+    return lpt.settled(build_problem(grouped_request()), grouped_request(), HEDGED, None, 100.0, 1.0)
 
 
 def test_placing_again_that_makes_lpts_plan_beat_the_candidate_keeps_the_plan_placed_again(
@@ -215,14 +215,14 @@ def test_the_searched_plan_is_judged_against_the_candidate_lpts_judgment_built(
     monkeypatch.setattr(lpt, "at_once_judged", lpts)
     monkeypatch.setattr(cpsat, "at_once_judged", searched)
     monkeypatch.setattr(bandsearch, "rounds", greedy)
-    cpsat.CpSatPolicy().plan(dataclasses.replace(_request(), time_budget_s=100.0))
+    cpsat.CpSatPolicy().plan(dataclasses.replace(grouped_request(), time_budget_s=100.0))
     assert len(given) == 1
     assert given[0] is not None
     assert given[0] is built[-1]  # not a candidate built and played again
 
 
 def test_a_plan_the_bar_replaces_with_a_blind_one_still_says_what_the_at_once_hedge_did() -> None:
-    request = dataclasses.replace(_request(), time_budget_s=100.0)
+    request = dataclasses.replace(grouped_request(), time_budget_s=100.0)
     problem = build_problem(request)
     start = lpt.opening(request, problem, "HEURISTIC")
     blind = lpt.bar_plans(problem, request, start.blind, start.assignment, start.spread, float("inf"))

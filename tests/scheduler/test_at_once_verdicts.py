@@ -22,7 +22,7 @@ from scheduler.policies.outlier_draws import Draws, outlier_means
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import spreads
 from tests.scheduler.fake_clock import ManualClock
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 QUEUES = tuple(tuple(range(w, 64, 4)) for w in range(4))  # every kind a share: not the candidate
 Queues = tuple[tuple[int, ...], ...]
@@ -69,7 +69,7 @@ def _other(problem: Any) -> Placement:
 
 
 def test_a_plan_that_is_the_candidate_itself_is_judged_kept() -> None:
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     assignment = robust_fast.fastest_first(problem)
     assert assignment is not None
@@ -84,7 +84,7 @@ def test_a_plan_that_is_the_candidate_itself_is_judged_kept() -> None:
 def test_a_candidate_given_is_played_on_from_the_draws_it_was_played_on_already(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     first = _given(request, problem, spread)
     played = _played(monkeypatch, first.queues)  # draws of the candidate's queues the second judgment played
@@ -102,7 +102,7 @@ def test_the_candidate_must_be_built_and_ordered_by_when_the_least_plays_must_st
     """A draw of a plan seems to take a second: with 19 s to the deadline, the 4 timed draws end at
     4 s, and the 12 plays a verdict needs at the least (``CLEAR``, 8 a side, the 4 aside) must start
     by 7 s; building the candidate is given that, not the deadline itself, and so is ordering it."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     placement = Placement(QUEUES, "HEURISTIC", finish_s=tuple(problem.finishes(QUEUES, True)))
     _draws_take_a_second(monkeypatch)
@@ -121,7 +121,7 @@ def test_the_candidate_must_be_built_and_ordered_by_when_the_least_plays_must_st
 def test_a_plan_that_is_the_candidate_given_is_kept_without_a_draw_played(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     candidate = _given(request, problem, spread)
     played = _played(monkeypatch)
@@ -141,7 +141,7 @@ def test_a_judgment_with_a_candidate_given_starts_only_plays_that_end_by_the_dea
     """The candidate given says a draw takes a second and has none played: the least a verdict
     needs (``CLEAR``, 8 draws of each plan) ends 16 s from now. On a clock that then stands still,
     a deadline 16 s away is met, one 15.9 s away is not, and nothing is played for it."""
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=1.0)
     monkeypatch.setattr(clock, "now", ManualClock().now)
@@ -154,7 +154,7 @@ def test_a_judgment_with_a_candidate_given_starts_only_plays_that_end_by_the_dea
 def test_a_plan_is_first_played_on_every_draw_the_candidate_given_was_played_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     given = _given(request, problem, spread)
     on_16 = outlier_means(problem, given.queues, given.draws.block(0, 16), True)
@@ -170,7 +170,7 @@ def test_the_candidate_handed_on_says_the_pace_its_plays_were_measured_at(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The candidate given says a draw is free; each draw played then takes a second."""
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), spreads(request.trajectories)
     candidate = _given(request, problem, spread)._replace(means=np.zeros(0), draw_s=0.0)
     _draws_take_a_second(monkeypatch)
@@ -203,7 +203,7 @@ def test_a_difference_is_clear_from_clear_draws_beyond_clear_z_standard_errors(
 
 def test_a_candidate_given_up_at_its_pace_is_none_to_its_public_callers() -> None:
     with clock.frozen():  # a deadline already passed: given up at the first unit
-        assert robust_fast.fastest_first(build_problem(_request()), deadline=-1.0) is None
+        assert robust_fast.fastest_first(build_problem(grouped_request()), deadline=-1.0) is None
 
 
 def test_the_next_kind_shares_the_rest_of_the_batch_once_the_fastest_is_full() -> None:
@@ -211,7 +211,9 @@ def test_the_next_kind_shares_the_rest_of_the_batch_once_the_fastest_is_full() -
     load, each back among its own kind after a unit (mutants13: among the fastest kind's, one
     Ascend took units until its slots ran out). Through the general path (a problem with a
     restriction: the service's own takes ``fastest_plain``), here by saying it has one."""
-    problem = dataclasses.replace(build_problem(_request(h100s=1, ascends=2, slots=24)), unrestricted=False)
+    problem = dataclasses.replace(
+        build_problem(grouped_request(h100s=1, ascends=2, slots=24)), unrestricted=False
+    )
     assignment = robust_fast.fastest_first(problem)
     assert assignment is not None
     assert [len(queue) for queue in assignment] == [24, 20, 20]

@@ -20,7 +20,7 @@ from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 PHASE_S = 1.0  # the lpt start's time on the fake clock: prices read as lpt phases
 HELD = SAMPLES // 4  # rows a plan holds before the bar, as after the at-once hedge's first blocks
@@ -36,7 +36,7 @@ def _spread_of(request: PlanRequest) -> Spread:
 def _bar_asked(monkeypatch: pytest.MonkeyPatch, held: int, deadline: float) -> bool:
     """Whether the bar (``blindbar.barred``, its plan later than its blind plan) played its draws
     with ``deadline`` left on a clock standing at 0, the plan holding ``held`` of its draws."""
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), _spread_of(request)
     placement = RoundRobinPolicy().plan(request, problem)
     blind = Blind(placement.queues, tuple(0.0 for _ in placement.queues))  # ends before any plan
@@ -79,7 +79,7 @@ def test_the_rows_still_to_draw_are_charged_their_share(monkeypatch: pytest.Monk
 def _blind_plans_built(monkeypatch: pytest.MonkeyPatch, held: int, deadline: float) -> bool:
     """Whether ``lpt.bar_plans`` (with quantiles) built the blind plans, dealing them taking
     ``BLIND_COST`` lpt phases, with ``deadline`` left and ``held`` of the plan's draws in hand."""
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), _spread_of(request)
     if held:
         problem.draws(spread, request.seed).rows(held)

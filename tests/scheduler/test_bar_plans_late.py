@@ -16,7 +16,7 @@ from scheduler.policies import blindbar, cpsat, lpt, robust_fast
 from scheduler.policies.blindbar import blind_start
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import count_calls, slow_stage
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 BUDGET_S = 100.0
 
@@ -31,7 +31,7 @@ def test_blind_plans_that_take_the_whole_budget_leave_the_at_once_hedge_its_judg
 ) -> None:
     # built at the start, they spent the budget and the plan went out unjudged with samples on the
     # Ascends; built for the bar, the judgment comes first, and the bar past the deadline keeps it
-    request = dataclasses.replace(_request(), time_budget_s=BUDGET_S)
+    request = dataclasses.replace(grouped_request(), time_budget_s=BUDGET_S)
     fake = slow_stage(monkeypatch, blindbar, "blind_plan", BUDGET_S)  # for the bar (``drawn_blind_plan``)
     monkeypatch.setattr(lpt, "blind_plan", blindbar.blind_plan)  # and at the start (without quantiles)
     planned = _policy(policy).plan(request)
@@ -46,14 +46,14 @@ def test_with_quantiles_the_bar_still_holds_the_plan_to_the_blind_plans(
     built = count_calls(monkeypatch, lpt, "drawn_blind_plan")  # priced for the bar's draws (review50a)
     judged = count_calls(monkeypatch, blindbar, "_bar")
     with clock.frozen():
-        plan(_request(), "lpt")
+        plan(grouped_request(), "lpt")
     assert built == [1]
     assert judged == [1]
 
 
 def test_without_quantiles_the_blind_plans_are_built_at_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
     # there the faster blind plan is the start where it beats LPT's (``blindbar.blind_start``)
-    request: PlanRequest = _request(quantiles=False)
+    request: PlanRequest = grouped_request(quantiles=False)
     starts: list[int] = []
     built = count_calls(monkeypatch, lpt, "blind_plan")
 

@@ -24,7 +24,7 @@ from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.round_robin import RoundRobinPolicy
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase, slow_stage
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 PLAY_S = 0.01  # what one play of a queue takes on the fake clock
 
@@ -36,7 +36,7 @@ def _barred(
     16 trajectories a worker), through the bar with ``deadline``: the plan given, the plan returned,
     and the fake clock's time when the bar returned. The draws are not asked (``outlived``), or
     ``asked`` says so."""
-    request = _request(slots=8)
+    request = grouped_request(slots=8)
     problem = build_problem(request)
     placement = RoundRobinPolicy().plan(request, problem)
     blind = Blind(placement.queues, tuple(0.0 for _ in placement.queues))  # ends before any plan
@@ -76,7 +76,7 @@ def test_a_bar_with_no_time_to_tell_whether_the_draws_are_asked_keeps_the_plan_u
 
 def test_a_bar_with_time_orders_every_queue(monkeypatch: pytest.MonkeyPatch) -> None:
     _, _, ended = _barred(monkeypatch, 1e9)
-    workers = len(build_problem(_request(slots=8)).costs)
+    workers = len(build_problem(grouped_request(slots=8)).costs)
     assert ended >= workers * PLAY_S  # every queue played at least once
     assert ended > 1.5 * PLAY_S  # so the deadline above cuts this ordering short
 
@@ -88,7 +88,7 @@ def _drawing(monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[Placemen
     """A plan through ``barred`` with an lpt phase of a second, drawing the draws taking
     ``DRAW_S`` on the fake clock and nothing else any time: the plan given, the plan returned and
     the time when the bar returned."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     placement = RoundRobinPolicy().plan(request, problem)
     blind = Blind(placement.queues, placement.finish_s)
@@ -112,7 +112,7 @@ def test_the_bar_draws_with_their_price_left(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_plan_placed_again_is_not_weighed_on_draws_without_their_price_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     first = RoundRobinPolicy().plan(request, problem)
     placement = Placement(tuple(reversed(first.queues)), "HEURISTIC")
@@ -129,7 +129,7 @@ def _built_for_the_bar(
 ) -> tuple[Blind | None, float]:
     """``lpt.bar_plans`` with quantiles and an lpt phase of a second, dealing the blind plans taking
     ``dealt_s`` on the fake clock and nothing else any time: the blind plans and the time then."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     assignment = [list(queue) for queue in RoundRobinPolicy().plan(request, problem).queues]
     fake = slow_stage(monkeypatch, blindbar, "_candidates", dealt_s)
@@ -165,7 +165,7 @@ def test_the_bars_blind_plans_are_priced_in_the_lpt_phase(
 ) -> None:
     slow_lpt_phase(monkeypatch, lpt)  # the lpt start takes a second; nothing else takes any time
     dealt = count_calls(monkeypatch, blindbar, "_candidates")
-    policy.plan(dataclasses.replace(_request(), time_budget_s=budget_s))
+    policy.plan(dataclasses.replace(grouped_request(), time_budget_s=budget_s))
     assert bool(dealt) is built  # at 1 s of 2.5: the plans' phase and the draws' would end at 3 s
 
 
@@ -184,6 +184,6 @@ def test_the_bars_draws_are_priced_in_the_lpt_phase(
     asked = count_calls(monkeypatch, blindbar, "outlived")  # the bar's first play of its draws
     weighed = count_calls(monkeypatch, blindbar, "least_drawn")
     left = blindbar.DRAWS_COST - plan_draws.DRAWING  # the least the draws cost: every row in hand
-    policy.plan(dataclasses.replace(_request(), time_budget_s=3.0 + 0.9 * left))
+    policy.plan(dataclasses.replace(grouped_request(), time_budget_s=3.0 + 0.9 * left))
     assert fake.seconds == 3.0  # both blind plans built (the first checked at 1.0, the second at 2.0)
     assert asked == weighed == []  # reached at 3.0 with less than their price left, no draw played

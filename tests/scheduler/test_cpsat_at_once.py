@@ -25,7 +25,7 @@ from scheduler.policies import bandsearch, cpsat, lpt, robust_fast
 from scheduler.policies.base import Placement
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, slow_lpt_phase
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 HEDGE_S = 5.0  # what the at-once hedge seems to take, in lpt phases (seconds on the fake clock)
 BUDGET_S = 100.0
@@ -66,7 +66,7 @@ def _rounds_using_every_second(monkeypatch: pytest.MonkeyPatch, fake: ManualCloc
 
 
 def test_a_plan_that_is_lpts_own_says_fallback_lpt_whatever_the_search_found() -> None:
-    request = _request()
+    request = grouped_request()
     with clock.frozen():
         lpt_plan, cpsat_plan = plan(request, "lpt"), plan(request, "cpsat")
     assert [w.items for w in cpsat_plan.workers] == [w.items for w in lpt_plan.workers]
@@ -76,7 +76,7 @@ def test_a_plan_that_is_lpts_own_says_fallback_lpt_whatever_the_search_found() -
 def test_the_search_ends_early_enough_for_the_searched_plan_to_be_hedged_as_lpts_was(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    request = _request()
+    request = grouped_request()
     fake = slow_lpt_phase(monkeypatch, lpt)
     took = _hedge_taking(monkeypatch, fake, HEDGE_S)
     found = _rounds_using_every_second(monkeypatch, fake)

@@ -28,7 +28,7 @@ from scheduler.policies.robust_fast import CHECK_COST, TIMED
 from scheduler.policies.round_robin import RoundRobinPolicy
 from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import ManualClock, count_calls
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 PHASE_S = 1.0  # the lpt start's time on the fake clock: prices read as lpt phases
 MARGIN = 0.01  # of an lpt phase: either side of a price
@@ -46,7 +46,7 @@ def test_a_price_lies_between_its_cost_less_its_rows_drawing_and_its_cost(cost: 
     """Never above what the step cost before rows were shared, never below what is left once its
     rows are in hand (positive: the plays after the drawing are charged in any case), and lower
     the more of its own rows the plan holds."""
-    request = _request()
+    request = grouped_request()
     draws = build_problem(request).draws(_spread_of(request), request.seed)
     prices = []
     for held in range(SAMPLES + 1):
@@ -59,7 +59,7 @@ def test_a_price_lies_between_its_cost_less_its_rows_drawing_and_its_cost(cost: 
 
 def test_a_price_is_naught_on_a_frozen_clock_whatever_is_in_hand() -> None:
     """The replay's plans do not move: every price reads 0 with an lpt phase of 0, as before."""
-    request = _request()
+    request = grouped_request()
     draws = build_problem(request).draws(_spread_of(request), request.seed)
     draws.rows(TIMED)
     assert priced(BASELINE_COST, draws, SAMPLES, 0.0) == priced(CHECK_COST, draws, TIMED, 0.0) == 0.0
@@ -68,7 +68,7 @@ def test_a_price_is_naught_on_a_frozen_clock_whatever_is_in_hand() -> None:
 def _check_started(monkeypatch: pytest.MonkeyPatch, held: int, deadline: float) -> bool:
     """Whether the at-once hedge started its check (``_runs_at_once``) of a plan whose whole batch
     fits at once, with ``deadline`` left on a clock standing at 0, the plan holding ``held`` rows."""
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), _spread_of(request)
     placement = RoundRobinPolicy().plan(request, problem)
     problem.draws(spread, request.seed).rows(held)
@@ -135,17 +135,17 @@ def _baseline_played(monkeypatch: pytest.MonkeyPatch, request: PlanRequest, left
 def test_cpsats_baseline_holding_the_hedges_rows_plays_with_less_than_its_whole_price_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    played, held = _baseline_played(monkeypatch, _request(), BASELINE_COST - MARGIN)
+    played, held = _baseline_played(monkeypatch, grouped_request(), BASELINE_COST - MARGIN)
     assert played
     assert held >= TIMED  # the at-once hedge's rows, read for nothing
     least = BASELINE_COST - DRAWING * held / SAMPLES  # its price with those rows in hand
-    assert not _baseline_played(monkeypatch, _request(), least - MARGIN)[0]
+    assert not _baseline_played(monkeypatch, grouped_request(), least - MARGIN)[0]
 
 
 def test_cpsats_baseline_holding_no_rows_still_needs_its_whole_price_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One device kind: the at-once hedge is not asked, no row is drawn before the baseline."""
-    one_kind = _request(h100s=4, ascends=0)
+    one_kind = grouped_request(h100s=4, ascends=0)
     assert not _baseline_played(monkeypatch, one_kind, BASELINE_COST - MARGIN)[0]
     assert _baseline_played(monkeypatch, one_kind, BASELINE_COST + MARGIN) == (True, 0)

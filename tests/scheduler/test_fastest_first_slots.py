@@ -16,11 +16,11 @@ from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import spreads
 from scheduler.policies.robust_fast import at_once_hedge, fastest_first
 from tests.scheduler.fake_clock import SteppingClock
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 
 def test_a_batch_of_exactly_as_many_trajectories_as_slots_has_a_candidate() -> None:
-    problem = build_problem(_request(slots=16))  # 64 trajectories, 4 workers of 16 slots
+    problem = build_problem(grouped_request(slots=16))  # 64 trajectories, 4 workers of 16 slots
     placed = fastest_first(problem)
     assert placed is not None
     assert sorted(i for queue in placed for i in queue) == list(range(64))
@@ -28,7 +28,9 @@ def test_a_batch_of_exactly_as_many_trajectories_as_slots_has_a_candidate() -> N
 
 
 def test_grouped_samples_count_each_against_the_slots() -> None:
-    request = dataclasses.replace(_request(slots=15), prefix_affinity=True)  # 16 groups of 4 on 60 slots
+    request = dataclasses.replace(
+        grouped_request(slots=15), prefix_affinity=True
+    )  # 16 groups of 4 on 60 slots
     problem = build_problem(request)
     assert (len(problem.units), len(problem.steps)) == (16, 64)
     assert fastest_first(problem) is None
@@ -39,7 +41,7 @@ def test_a_grouped_batch_past_its_slots_is_not_asked_even_at_its_deadline(
 ) -> None:
     """Its queues run in waves whatever the hedge would find, so it is no judgment the deadline cut
     short: the plan says it was not asked, as an ungrouped batch past its slots does, not ``unjudged``."""
-    request = dataclasses.replace(_request(slots=15), prefix_affinity=True)  # 64 samples, 60 slots
+    request = dataclasses.replace(grouped_request(slots=15), prefix_affinity=True)  # 64 samples, 60 slots
     problem = build_problem(request)
     queues = tuple(tuple(range(w, len(problem.units), 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))

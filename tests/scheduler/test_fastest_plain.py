@@ -19,9 +19,8 @@ from scheduler.policies.load import rates
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Inventory, PlanRequest
 from tests.scheduler.fake_clock import SteppingClock
+from tests.scheduler.mixed_requests import grouped_request, service_batch
 from tests.scheduler.plan_strategies import plan_requests
-from tests.scheduler.test_at_once_lazy import _service_batch
-from tests.scheduler.test_robust_fast import _request
 
 
 def _general(problem: Problem) -> Problem:
@@ -32,10 +31,10 @@ def _general(problem: Problem) -> Problem:
 @pytest.mark.parametrize(
     "request_",
     [
-        _request(),
-        _request(h100s=3, ascends=1, slots=20),
-        _service_batch(64, 16, seed=2),
-        _service_batch(96, 4, 7),
+        grouped_request(),
+        grouped_request(h100s=3, ascends=1, slots=20),
+        service_batch(64, 16, seed=2),
+        service_batch(96, 4, 7),
     ],
 )
 def test_the_written_out_candidate_is_the_general_loops(request_: PlanRequest) -> None:
@@ -56,7 +55,7 @@ def test_any_unpinned_batch_gets_the_general_loops_candidate(request: PlanReques
 def test_the_written_out_candidate_gives_up_where_the_general_loop_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    problem = build_problem(_service_batch(64, 16, seed=2))  # 1,024 units: 32 pace checks
+    problem = build_problem(service_batch(64, 16, seed=2))  # 1,024 units: 32 pace checks
     answers = []
     for each in (problem, _general(problem)):
         monkeypatch.setattr(clock, "now", SteppingClock().now)  # a second a reading
@@ -68,7 +67,7 @@ def test_the_written_out_candidate_gives_up_where_the_general_loop_does(
 
 
 def test_a_batch_no_cache_holds_at_once_gets_no_candidate_as_from_the_general_loop() -> None:
-    problem = build_problem(_request(long_cot=True))  # 256 chains of ~20k tokens: no unit left out
+    problem = build_problem(grouped_request(long_cot=True))  # 256 chains of ~20k tokens: no unit left out
     assert problem.unrestricted
     assert robust_fast.fastest_first(problem) is None
     assert robust_fast.fastest_first(_general(problem)) is None
@@ -76,7 +75,7 @@ def test_a_batch_no_cache_holds_at_once_gets_no_candidate_as_from_the_general_lo
 
 @pytest.mark.parametrize("cache_tokens", [12_000, 16_000])
 def test_where_the_cache_binds_the_written_out_candidate_is_the_general_loops(cache_tokens: int) -> None:
-    request = _request()
+    request = grouped_request()
     workers = tuple(
         dataclasses.replace(w, kv_capacity_tokens=cache_tokens) for w in request.inventory.workers
     )
@@ -89,7 +88,7 @@ def test_where_the_cache_binds_the_written_out_candidate_is_the_general_loops(ca
 
 
 def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit() -> None:
-    request = _request()
+    request = grouped_request()
     problem = build_problem(dataclasses.replace(request, trajectories=request.trajectories[:16]))
     assert problem.unrestricted
     assert len(problem.units) < PACE_EVERY  # one pace check: the first
@@ -102,7 +101,7 @@ def test_a_candidate_asked_past_its_deadline_is_given_up_before_its_first_unit()
 def test_where_compute_binds_the_written_out_candidate_is_the_general_loops(tflops_share: float) -> None:
     # devices with a share of their FLOP/s: each worker's estimate is its compute, which counts every
     # token it holds, so its load's token total, not only its longest steps, orders the heap
-    request = _request()
+    request = grouped_request()
     workers = tuple(
         dataclasses.replace(
             w, device=dataclasses.replace(w.device, peak_tflops=w.device.peak_tflops * tflops_share)

@@ -23,13 +23,12 @@ from scheduler.policies.plan_draws import SAMPLES, SeededDraws, draw_matrix
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import Spread, spreads
 from scheduler.types import PlanRequest
-from tests.scheduler.test_at_once_lazy import _service_batch
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request, service_batch
 
 BATCHES: dict[str, Callable[[], PlanRequest]] = {
-    "service 24 x 8": lambda: _service_batch(24, 8, seed=2),
-    "short cot, KV admission": _request,
-    "three H100s and an Ascend": lambda: _request(h100s=3, ascends=1),
+    "service 24 x 8": lambda: service_batch(24, 8, seed=2),
+    "short cot, KV admission": grouped_request,
+    "three H100s and an Ascend": lambda: grouped_request(h100s=3, ascends=1),
 }
 
 
@@ -93,7 +92,7 @@ def test_the_shared_draws_give_the_plan_each_judgment_drawing_its_own_gave(
 
 
 def test_the_plans_draws_are_the_rows_one_pass_draws_whatever_blocks_are_asked_first() -> None:
-    request = _service_batch(16, 8, seed=5)
+    request = service_batch(16, 8, seed=5)
     problem, spread = build_problem(request), _spread(request)
     whole = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
     drawn = problem.draws(spread, request.seed)
@@ -104,7 +103,7 @@ def test_the_plans_draws_are_the_rows_one_pass_draws_whatever_blocks_are_asked_f
 
 
 def test_the_plans_draws_are_read_only() -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), _spread(request)
     rows = problem.draws(spread, request.seed).rows(SAMPLES)
     with pytest.raises(ValueError, match="read-only"):
@@ -112,7 +111,7 @@ def test_the_plans_draws_are_read_only() -> None:
 
 
 def test_another_spread_or_seed_is_drawn_afresh() -> None:
-    request = _request()
+    request = grouped_request()
     problem, spread = build_problem(request), _spread(request)
     drawn = problem.draws(spread, 0)
     other = _spread(request)  # equal values, another object: a spread of another plan
@@ -122,7 +121,7 @@ def test_another_spread_or_seed_is_drawn_afresh() -> None:
 
 
 def test_draws_asked_past_samples_are_the_samples_draws_and_a_shorter_ask_the_first_of_them() -> None:
-    request = _service_batch(16, 8, seed=5)
+    request = service_batch(16, 8, seed=5)
     spread = _spread(request)
     whole = draw_matrix(spread, np.random.default_rng(request.seed), SAMPLES)
     drawn = SeededDraws(spread, request.seed)

@@ -32,30 +32,7 @@ from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps_array
 from scheduler.types import Inventory, Plan, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, SteppingClock, count_calls, slow_lpt_phase
-
-LATER = 60.0  # a deadline far enough away for everything here
-
-
-def _request(
-    h100s: int = 2, ascends: int = 2, slots: int = 256, quantiles: bool = True, long_cot: bool = False
-) -> PlanRequest:
-    """16 prompts x 4 samples of short chain-of-thought (p50 300-1,500 tokens, p90 10% above: as
-    sure of itself as the math100 predictor), on H100s and Ascend 910Bs that hold it all at once;
-    ``long_cot``: 64 prompts x 4 samples of 18-22k tokens (cap 32k), which no cache holds at once."""
-    rng = np.random.default_rng(3)
-    prompts, low, high, cap = (64, 18_000.0, 22_000.0, 32_768) if long_cot else (16, 300.0, 1_500.0, 4_096)
-    batch = []
-    for p in range(prompts):
-        median = float(rng.uniform(low, high))
-        for s in range(4):
-            p50 = median * float(rng.uniform(0.9, 1.1))
-            spread = {0.5: p50, 0.9: 1.1 * p50} if quantiles else {}
-            batch.append(Trajectory(f"q{p}", s, 150, cap, p50, spread))
-    h100, ascend = device_profile("H100"), device_profile("Ascend910B")
-    workers = [Worker(f"h100-{j}", h100, max_num_seqs=slots) for j in range(h100s)]
-    workers += [Worker(f"a910b-{j}", ascend, max_num_seqs=slots) for j in range(ascends)]
-    inventory = Inventory(tuple(workers), model_preset("7b"))
-    return PlanRequest(tuple(batch), inventory, kv_admission=True, time_budget_s=LATER)
+from tests.scheduler.mixed_requests import LATER, grouped_request
 
 
 def _medians(request: PlanRequest) -> tuple[Trajectory, ...]:
@@ -78,7 +55,7 @@ def _mean_with_one_long(request: PlanRequest, planned: Plan, long_tokens: int) -
 
 
 def test_a_batch_that_runs_at_once_stays_on_the_fastest_kind_and_is_expected_to_end_soonest() -> None:
-    request = _request()
+    request = grouped_request()
     longest = 2 * int(max(t.quantiles[0.9] for t in request.trajectories))
     blind = _mean_with_one_long(request, plan(request, "round_robin"), longest)
     balanced = _mean_with_one_long(
@@ -95,7 +72,7 @@ def test_a_batch_that_runs_at_once_stays_on_the_fastest_kind_and_is_expected_to_
 
 
 def test_the_fastest_kind_takes_the_longest_units_up_to_its_slots_and_the_next_kind_the_rest() -> None:
-    problem = build_problem(_request(slots=24))  # 48 slots on the H100s for 64 trajectories
+    problem = build_problem(grouped_request(slots=24))  # 48 slots on the H100s for 64 trajectories
     placed = fastest_first(problem)
     assert placed is not None
     assert [len(q) for q in placed[:2]] == [24, 24]
@@ -106,12 +83,12 @@ def test_the_fastest_kind_takes_the_longest_units_up_to_its_slots_and_the_next_k
 
 
 def test_there_is_no_candidate_where_the_batch_does_not_run_at_once_or_the_pool_has_one_kind() -> None:
-    assert fastest_first(build_problem(_request(slots=15))) is None  # 64 trajectories, 60 slots
-    assert fastest_first(build_problem(_request(ascends=0))) is None
+    assert fastest_first(build_problem(grouped_request(slots=15))) is None  # 64 trajectories, 60 slots
+    assert fastest_first(build_problem(grouped_request(ascends=0))) is None
 
 
 def test_without_quantiles_or_past_the_deadline_the_plan_is_returned_as_it_is() -> None:
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))  # dealt in turn, Ascends included
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
@@ -130,7 +107,7 @@ def test_a_batch_with_a_slot_for_each_trajectory_but_queues_past_their_caches_pl
     cache, so the queues run in waves and the batch is not one this hedge is for. Its draws would
     be played by the event loop (~10 ms a queue a draw): a 4,096-trajectory long-CoT step spent
     0.85 s of an 80 ms plan on them before finding no candidate to build."""
-    request = _request(slots=64, long_cot=True)
+    request = grouped_request(slots=64, long_cot=True)
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 256, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
@@ -152,7 +129,7 @@ def test_the_comparison_starts_only_if_its_first_draws_project_it_before_the_dea
     from the deadline's reference (the hedge first reads the clock once, to see that its deadline
     has not passed). Under the service's 80 ms default that projection is what kept the candidate
     from being built at 1,024 trajectories (building it and playing a first draw cost 14-16 ms)."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
@@ -243,7 +220,7 @@ def test_all_draws_in_one_pass_give_each_draws_mean_of_playing_it_alone_to_the_l
 
 
 def test_requests_without_quantiles_are_planned_as_before() -> None:
-    request = _request(quantiles=False)
+    request = grouped_request(quantiles=False)
     planned = plan(request, "lpt")
     assert any(w.items for w in planned.workers[2:])  # balanced on the predictions, Ascends included
     assert planned == dataclasses.replace(plan(request, "lpt"), wall_time_s=planned.wall_time_s)
@@ -255,7 +232,7 @@ def test_a_plan_already_at_its_deadline_is_returned_without_checking_whether_it_
     """No draw can be played once the deadline has passed, so the at-once check would be spent for
     nothing: it cost 3 ms of a 4,096-trajectory long chain-of-thought plan already at its 80 ms
     budget, and 130 ms at 16,384 trajectories on 1,024 workers (a 200 ms budget)."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
@@ -277,7 +254,7 @@ def test_the_candidate_is_not_built_when_building_it_would_leave_no_time_for_the
     end 64 s in, past a 40 s deadline, so building gives up at its own pace after 32 of them and
     the plan is returned within the deadline. Only the draws used to be projected: at 4,096 x 32
     building (31 ms) and the draws (95 ms) took a 250 ms plan 52 ms past its budget."""
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     placement = Placement(queues, "HEURISTIC", finish_s=tuple(problem.finishes(queues, True)))
@@ -310,7 +287,7 @@ def test_the_at_once_check_is_not_started_with_less_than_its_price_in_lpt_phases
     first draws are priced at ``CHECK_COST`` (1) lpt phase, so with 0.9 s left after the lpt phase
     they are not started, with 1.1 s they are. Started whenever the deadline had not passed, they
     took 100-200 ms on a loaded host and ended 16,384 x 128 plans up to 90 ms past 1 s."""
-    request = dataclasses.replace(_request(), time_budget_s=budget_s)
+    request = dataclasses.replace(grouped_request(), time_budget_s=budget_s)
     slow_lpt_phase(monkeypatch, lpt_module)
     calls = count_calls(monkeypatch, robust_fast, "_runs_at_once")
     lpt_module.LptPolicy().plan(request, build_problem(request))

@@ -20,12 +20,12 @@ from scheduler.policies import lpt, robust_fast, robust_order
 from scheduler.policies import problem as problem_module
 from scheduler.policies.problem import build_problem
 from scheduler.policies.robust import spreads
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 
 @pytest.mark.parametrize("long_cot", [False, True])  # at once, and in waves
 def test_each_queues_verdict_is_the_one_ends_at_once_gives_it_alone(long_cot: bool) -> None:
-    request = _request(long_cot=long_cot)
+    request = grouped_request(long_cot=long_cot)
     problem = build_problem(request)
     rng = np.random.default_rng(4)
     for _ in range(5):
@@ -44,7 +44,7 @@ def test_each_queues_verdict_is_the_one_ends_at_once_gives_it_alone(long_cot: bo
 
 
 def test_the_same_queues_are_not_played_again() -> None:
-    problem = build_problem(_request())
+    problem = build_problem(grouped_request())
     queues = tuple(tuple(range(w, 64, 4)) for w in range(4))
     first = problem.runs_at_once(queues, True)
     assert problem.runs_at_once([list(q) for q in queues], True) is first  # lists or tuples alike
@@ -58,7 +58,7 @@ def test_the_orders_hedge_and_the_at_once_hedge_share_one_pass_over_lpts_queues(
     for module in (problem_module, robust_order, robust_fast):  # wherever ends_at_once is looked up
         if hasattr(module, "ends_at_once"):
             monkeypatch.setattr(module, "ends_at_once", _counted(module.ends_at_once, asked))
-    request = _request()
+    request = grouped_request()
     problem = build_problem(request)
     spread = spreads(request.trajectories)
     with clock.frozen():
@@ -78,14 +78,14 @@ def _counted(original: Any, calls: list[int]) -> Any:
 
 
 def test_an_empty_queue_runs_at_once() -> None:
-    problem = build_problem(_request())
+    problem = build_problem(grouped_request())
     queues = [list(range(64)), [], [], []]  # the short chains all on one H100: its cache holds them
     assert problem.runs_at_once(queues, True) == (True, True, True, True)
     assert robust_fast._runs_at_once(problem, queues, True)
 
 
 def test_one_queue_in_waves_is_enough_for_the_plan_not_to_run_at_once() -> None:
-    problem = build_problem(_request(long_cot=True))
+    problem = build_problem(grouped_request(long_cot=True))
     n = len(problem.steps)
     queues = [list(range(n - 3)), [n - 3], [n - 2], [n - 1]]  # one long chain alone on each of three
     assert problem.runs_at_once(queues, True) == (False, True, True, True)
@@ -93,7 +93,7 @@ def test_one_queue_in_waves_is_enough_for_the_plan_not_to_run_at_once() -> None:
 
 
 def test_an_lpt_start_past_its_deadline_leaves_its_queues_in_waves_uncounted() -> None:
-    request = _request(long_cot=True)  # lpt's queues run in waves: the count is not 0
+    request = grouped_request(long_cot=True)  # lpt's queues run in waves: the count is not 0
     spread = spreads(request.trajectories)
     late = dataclasses.replace(request, time_budget_s=0.0)  # on the frozen clock: passed at the start
     problem = build_problem(late)

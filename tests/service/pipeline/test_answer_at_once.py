@@ -11,7 +11,7 @@ from typing import Any, cast
 from scheduler import clock
 from scheduler.planner import plan
 from service.pipeline.answer import respond
-from tests.scheduler.test_robust_fast import _request
+from tests.scheduler.mixed_requests import grouped_request
 
 
 def _answer(chosen: Any, request: Any) -> Any:
@@ -22,7 +22,7 @@ def _answer(chosen: Any, request: Any) -> Any:
 
 
 def test_the_answer_carries_the_at_once_hedges_verdict_and_none_where_it_was_not_asked() -> None:
-    request = _request()
+    request = grouped_request()
     points = dataclasses.replace(
         request, trajectories=tuple(dataclasses.replace(t, quantiles={}) for t in request.trajectories)
     )
