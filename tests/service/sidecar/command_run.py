@@ -23,13 +23,12 @@ from service.commands import sidecar as sidecar_command
 from service.sidecar.launch import SidecarOptions
 from service.sidecar.session_settings import SessionStats
 from tests.service.interrupt import handlers_kept
+from tests.service.sidecar.lease_ends import ENDS
 
 # push; its Redis and engine never reached where the run is planted
 ARGS = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url", "http://e"]
 PULL_ARGS = [*ARGS[:-2], "--pull-api"]  # pull: ``ARGS`` and a port
 STOP = (signal.SIGTERM, signal.SIGINT)  # the stop signals the command hears or ignores
-# every way a lease taken ends, in the counters line
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
 
 def caller_app() -> typer.Typer:

@@ -20,7 +20,6 @@ from service.delivery.records import Lease, LeaseSettings, PublishedSchedule
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.service.sidecar.command_run import ENDS
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import StateScript, serve
 from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered, unanswered_session
@@ -79,11 +78,6 @@ def results_unanswered_session(
     clock = [0.0]
     holdings = Holdings(1, clock=lambda: clock[0])
     return delivery, clock, WorkerSession(delivery, holdings, SessionSettings("w0", retry_for_s=0.0))
-
-
-def ends_counted(session: WorkerSession) -> dict[str, int]:
-    """The session's lease ends counted so far, each that is not zero: what a resend test asserts."""
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
 def serve_bounded(session: WorkerSession, script: StateScript) -> Any:

@@ -30,12 +30,12 @@ from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import report_body, serve, until
 
 SOCKET_TIMEOUT_S = 2.0  # what a call on the stopped server waits before its answer counts as lost
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
 
 def _session(server: EmbeddedServer) -> WorkerSession:
@@ -45,11 +45,6 @@ def _session(server: EmbeddedServer) -> WorkerSession:
     client = hangable(server.url, socket_timeout=SOCKET_TIMEOUT_S, **REPLY_DECODING)
     client.script_load(script_source("release"))
     return WorkerSession(Delivery(client), Holdings(1), SessionSettings("w0", retry_for_s=0.0))
-
-
-def _ended(stats: SessionStats) -> dict[str, int]:
-    """The end counters that are not zero: each lease the session took ends in exactly one."""
-    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
 
 
 def _record(server: EmbeddedServer) -> str:
@@ -82,9 +77,9 @@ def test_a_push_failure_report_whose_answer_was_lost_counts_failed_once_at_the_n
             await session.fail(held, "engine refused it")
         server.signal(signal.SIGCONT)
         await until(lambda: _landed(server), "the resumed server ran the buffered failure")
-        unanswered = [_ended(session.stats), len(session.holdings), len(session.resends)]
+        unanswered = [ends_of(session.stats), len(session.holdings), len(session.resends)]
         await session.heartbeat()  # nothing held: the kept report is sent again, answered DUPLICATE
-        return [unanswered, _ended(session.stats), len(session.resends)]
+        return [unanswered, ends_of(session.stats), len(session.resends)]
 
     assert asyncio.run(run()) == [[{}, 0, 1], {"failed": 1}, 0]
     assert session.stats.claimed == 1
@@ -116,5 +111,5 @@ def test_a_pull_fail_whose_answer_was_lost_counts_failed_once_whichever_resend_c
         return [unanswered, retried["outcome"], leases["held"], len(session.holdings)]
 
     assert serve(session, script) == [503, "duplicate", [], 0]
-    assert (session.stats.claimed, _ended(session.stats)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"failed": 1})
     assert _attempts_spent(server) == (1, 1)

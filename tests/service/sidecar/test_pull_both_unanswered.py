@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from service.sidecar.pull_state import PullState
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.pull_resends import (
     HOLD_BOUND_S,
-    ends_counted,
     one_item_published,
     results_unanswered_session,
     serve_bounded,
@@ -72,6 +72,6 @@ def test_a_lease_whose_fail_and_done_both_went_unanswered_ends_once_through_the_
         return [unanswered, lost, len(session.holdings)]
 
     assert serve_bounded(session, script) == [[503, 503], listed, 0]
-    assert (session.stats.claimed, ends_counted(session)) == (1, {end: 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {end: 1})
     progress = store.progress("s")
     assert (progress.done, progress.queued, progress.running) == ((0, 1, 0) if end == "failed" else (1, 0, 0))

@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from service.sidecar.pull_state import PullState
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.pull_resends import (
-    ends_counted,
     one_item_published,
     results_unanswered_session,
     serve_bounded,
@@ -46,7 +46,7 @@ def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_
             delivery.fails_out.set()
         done = await client.post("/done", json=report_body("done", lease))
         told = [done.status_code, done.json()["outcome"], "the item was failed" in done.json()["error"]]
-        held = [len((await client.get("/leases")).json()["held"]), dict(ends_counted(session))]
+        held = [len((await client.get("/leases")).json()["held"]), dict(ends_of(session.stats))]
         delivery.fails_out.clear()
         await state.beat()
         return [unanswered, told, held, len(session.holdings)]
@@ -54,7 +54,7 @@ def test_a_done_after_a_landed_unanswered_fail_counts_the_lease_failed_once_and_
     seen = serve_bounded(session, script)
     told = [409, "stale", resend_answered]
     assert seen == [503, told, [0, {"failed": 1} if resend_answered else {}], 0]
-    assert (session.stats.claimed, ends_counted(session)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"failed": 1})
     after = store.progress("s")
     assert (after.done, after.queued, after.running) == (0, 1, 0)
 
@@ -74,7 +74,7 @@ def test_a_done_after_an_unanswered_fail_that_never_landed_is_accepted(
         return [unanswered, done.status_code, done.json()["outcome"], len(session.holdings)]
 
     assert serve_bounded(session, script) == [503, 200, "accepted", 0]
-    assert (session.stats.claimed, ends_counted(session)) == (1, {"accepted": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"accepted": 1})
     assert store.progress("s").done == 1
 
 
@@ -85,7 +85,7 @@ def test_the_hold_bound_resends_an_unanswered_fail_with_the_workers_reason(
     more; past its hold bound the sidecar fails the item itself, sending that report again: the dead
     letter (one attempt) names ``oom``. Before: the hold bound's own reason, ``held 101s ...``."""
     store, session = unanswered_fail_held_past_the_bound(redis_url)
-    assert (session.stats.claimed, ends_counted(session)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"failed": 1})
     (dead,) = store.progress("s").dead_letters
     assert (dead.key, dead.reason) == ("a#0", "oom")
 
@@ -110,12 +110,12 @@ def test_a_fail_after_a_landed_unanswered_done_counts_the_lease_by_its_result_on
             delivery.results_out.clear()
         fail = await client.post("/fail", json=report_body("fail", lease))
         told = [fail.status_code, fail.json()["outcome"], "its result" in fail.json()["error"]]
-        ended = dict(ends_counted(session))
+        ended = dict(ends_of(session.stats))
         delivery.results_out.clear()
         await state.beat()
         return [unanswered, told, ended, len(session.holdings)]
 
     seen = serve_bounded(session, script)
     assert seen == [503, [200, "stale", resend_answered], {"duplicate": 1} if resend_answered else {}, 0]
-    assert (session.stats.claimed, ends_counted(session)) == (1, {"duplicate": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"duplicate": 1})
     assert store.progress("s").done == 1

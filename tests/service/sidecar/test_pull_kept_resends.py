@@ -25,17 +25,13 @@ from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import StateScript, report_body, serve, serving
 from tests.service.sidecar.unanswered import UnansweredCompletions
 
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 BOUND_S = 100.0  # the hold bound the tests run under (``hold_timeout_s``)
 GENERATED_S = 5.0  # the worker's /done comes this long after its /next: the result's wall time
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
 def _unanswered_done(redis_url: str, lands: bool) -> tuple[UnansweredCompletions, WorkerSession, list[float]]:
@@ -100,7 +96,7 @@ def test_a_done_unanswered_and_held_past_its_bound_is_sent_again_not_failed(
         return [len(state.lost), len(session.holdings), _recorded(state)]
 
     assert _serve(session, script) == [0, 0, (1.0, GENERATED_S, 10 / GENERATED_S)]
-    assert _ended(session) == ended
+    assert ends_of(session.stats) == ended
     progress = Delivery.from_url(redis_url).progress("s")
     assert (progress.queued, progress.running, progress.done) == (0, 0, 1)
 
@@ -123,7 +119,7 @@ def test_a_resend_that_lands_at_a_heartbeat_records_it_once_and_the_workers_retr
 
     once = (1.0, GENERATED_S, 10 / GENERATED_S)
     assert _serve(session, script) == [once, "duplicate", once]
-    assert _ended(session) == {"duplicate": 1}
+    assert ends_of(session.stats) == {"duplicate": 1}
 
 
 def test_a_retry_answered_duplicate_of_a_held_lease_records_the_landed_done_once(
@@ -134,7 +130,7 @@ def test_a_retry_answered_duplicate_of_a_held_lease_records_the_landed_done_once
     Redis stored), not the retry's, which also counts the outage. Before: none recorded."""
     answer, session = _retried_before_a_beat(redis_url, lands=True)
     assert answer == ["duplicate", (1.0, GENERATED_S, 10 / GENERATED_S)]
-    assert _ended(session) == {"duplicate": 1}
+    assert ends_of(session.stats) == {"duplicate": 1}
 
 
 def test_a_retry_accepted_after_an_unanswered_done_stores_the_span_up_to_that_first_done(
@@ -178,7 +174,7 @@ def test_a_done_unanswered_is_sent_again_before_its_lease_is_handed_back(
     released (``released``): the item ran again, its result dropped."""
     answer, session = _handed_back(redis_url, lands, how)
     assert answer == ([{"released": 0, "dead_lettered": 0}] if how == "reset" else [])
-    assert _ended(session) == ended
+    assert ends_of(session.stats) == ended
     progress = Delivery.from_url(redis_url).progress("s")
     assert (progress.queued, progress.running, progress.done) == (0, 0, 1)
 
@@ -197,7 +193,7 @@ def test_a_kept_done_sent_again_before_a_hand_back_and_answered_lists_nothing_lo
         return [len(state.lost), len(session.holdings)]
 
     assert _serve(session, script) == [0, 0]
-    assert _ended(session) == ended
+    assert ends_of(session.stats) == ended
 
 
 def test_a_resend_refused_stale_records_its_speed_but_no_generation_seconds(
@@ -227,6 +223,6 @@ def test_a_done_unanswered_within_its_bound_waits_for_the_worker_s_retry_not_a_b
     async def script(client: httpx.AsyncClient, state: PullState) -> list[Any]:
         await _done_unanswered(client, delivery, clock)
         await state.beat()
-        return [len(session.holdings), _ended(session)]
+        return [len(session.holdings), ends_of(session.stats)]
 
     assert _serve(session, script) == [1, {}]

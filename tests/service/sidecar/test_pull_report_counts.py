@@ -23,18 +23,11 @@ import redis
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish, tally
 from tests.service.sidecar.pullclient import report_body, serve
 from tests.service.sidecar.unanswered import UnansweredCompletions
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-def _ended(stats: SessionStats) -> dict[str, int]:
-    """The end counters that are not zero: each lease the session took ends in exactly one."""
-    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
-
 
 STALE_ANSWER = {"done": (409, "stale"), "fail": (200, "stale")}  # docs/sidecar.md's pull API table
 
@@ -59,7 +52,7 @@ def test_a_report_of_a_lease_listed_lost_is_refused_stale_and_the_lease_counts_o
 
     assert serve(session, script) == [["a#0"], STALE_ANSWER[kind]]
     assert session.stats.claimed == 1
-    assert _ended(session.stats) == {"lost": 1}  # before: {"lost": 1, "stale": 1}
+    assert ends_of(session.stats) == {"lost": 1}  # before: {"lost": 1, "stale": 1}
 
 
 def test_a_fail_of_a_lease_held_past_its_bound_is_a_duplicate_and_the_lease_counts_once_failed(
@@ -82,7 +75,7 @@ def test_a_fail_of_a_lease_held_past_its_bound_is_a_duplicate_and_the_lease_coun
         return [(late.status_code, late.json()["outcome"]), delivery.progress("held").queued]
 
     assert serve(session, script, hold_timeout_s=100.0) == [(200, "duplicate"), 1]
-    assert _ended(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
+    assert ends_of(session.stats) == {"failed": 1}  # before: {"failed": 1, "stale": 1}
 
 
 def test_a_done_that_landed_unanswered_then_found_gone_counts_once_duplicate_and_is_not_listed_lost(
@@ -110,7 +103,7 @@ def test_a_done_that_landed_unanswered_then_found_gone_counts_once_duplicate_and
         return [first, held, len(state.lost), (retried.status_code, retried.json()["outcome"])]
 
     assert serve(session, script) == [503, 1, 0, (200, "duplicate")]
-    assert _ended(session.stats) == {"duplicate": 1}
+    assert ends_of(session.stats) == {"duplicate": 1}
     assert len(session.holdings) == 0
     assert tally(Delivery.from_url(redis_url), "unanswered", {"a#0"}) == (0, 0)
 
@@ -140,7 +133,7 @@ def test_a_done_that_never_landed_and_whose_lease_lapsed_counts_once_stale_and_i
         return [first, lost, (retried.status_code, retried.json()["outcome"])]
 
     assert serve(session, script) == [503, ["a#0"], STALE_ANSWER["done"]]
-    assert _ended(session.stats) == {"stale": 1}
+    assert ends_of(session.stats) == {"stale": 1}
     assert len(session.holdings) == 0
 
 
@@ -189,5 +182,5 @@ def test_a_retry_that_lands_while_the_heartbeat_counts_other_leases_gone_leaves_
         return [first, (retried.status_code, retried.json()["outcome"]), lost == [lapses["key"]]]
 
     assert serve(session, script) == [503, (200, "duplicate"), True]
-    assert _ended(session.stats) == {"lost": 1, "duplicate": 1}
+    assert ends_of(session.stats) == {"lost": 1, "duplicate": 1}
     assert session.stats.claimed == 2

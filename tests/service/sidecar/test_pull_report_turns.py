@@ -23,11 +23,10 @@ from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import report_body, serving, until
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
 
 class _FirstAnswerHeld(Delivery):
@@ -107,11 +106,6 @@ def test_a_report_sent_while_another_of_its_lease_is_answered_gets_its_answer_an
         answers = asyncio.run(run())
     expected_answers, expected_end = RACES[(first, second)]
     assert answers == expected_answers
-    assert _ended(session.stats) == expected_end
+    assert ends_of(session.stats) == expected_end
     assert session.stats.claimed + session.stats.stolen + session.stats.inherited == 1
     assert len(session.holdings) == 0
-
-
-def _ended(stats: SessionStats) -> dict[str, int]:
-    """The end counters that are not zero: each lease the session took ends in exactly one."""
-    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}

@@ -29,17 +29,13 @@ from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.pull_state import PullState
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import serve
 from tests.service.sidecar.unanswered import UnansweredReports, pull_fail_unanswered, unanswered_session
 
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 SOCKET_TIMEOUT_S = 10.0  # what a call on the stalled server waits for
 WITHIN_S = 1.0  # the release grace: the reset's bound on its resends
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
 def _attempts(redis_url: str) -> int:
@@ -63,7 +59,7 @@ def test_a_reset_sends_an_unanswered_fail_again_before_the_hand_back_and_counts_
         return [unanswered, reset.status_code, reset.json(), len(session.holdings)]
 
     assert serve(session, script) == [503, 200, {"released": 0, "dead_lettered": 0}, 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"failed": 1})
     assert _attempts(redis_url) == 1  # the failure spent it, once
 
 
@@ -93,5 +89,5 @@ def test_a_reset_on_a_stalled_redis_with_an_unanswered_fail_503s_and_its_retry_c
 
     seen = serve(session, script, release_within_s=WITHIN_S)
     assert seen == [503, 503, "1", {"released": 0, "dead_lettered": 0}, 0]
-    assert (session.stats.claimed, _ended(session)) == (1, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, {"failed": 1})
     assert _attempts(server.url) == 1

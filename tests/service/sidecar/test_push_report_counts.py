@@ -28,18 +28,13 @@ from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
-from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
+from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.old_release import PRE_FAILED, old_delivery
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish, run_until, tally
 from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered, unanswered_session
 
 RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-def _ended(stats: SessionStats) -> dict[str, int]:
-    """The end counters that are not zero: each lease the session took ends in exactly one."""
-    return {name: getattr(stats, name) for name in ENDS if getattr(stats, name)}
 
 
 # (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
@@ -65,13 +60,13 @@ def test_a_completion_redis_never_answered_is_sent_again_at_the_next_heartbeat_a
         delivery.out.set()
         with pytest.raises(redis.ConnectionError):
             await session.complete(held, RESULT)
-        unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
+        unanswered = [len(session.holdings), len(session.resends), ends_of(session.stats)]
         await session.heartbeat()  # Redis still down: kept for the next one
         delivery.out.clear()
         return [*unanswered, await _beat_once_redis_is_back(session, delivery, lapses)]
 
     assert asyncio.run(run()) == [0, 1, {}, 0]
-    assert _ended(session.stats) == AFTER_THE_OUTAGE[(lands, lapses)]
+    assert ends_of(session.stats) == AFTER_THE_OUTAGE[(lands, lapses)]
     assert session.stats.claimed == 1
     results = Delivery.from_url(redis_url).read_results("s")
     assert [r.key for r in results] == ([] if lapses else ["a#0"])
@@ -96,7 +91,7 @@ def test_a_completion_still_unanswered_at_shutdown_gets_one_last_try_then_counts
         await session.resends.settle(5.0)
 
     asyncio.run(run())
-    assert (_ended(session.stats), len(session.resends)) == (ended, 0)
+    assert (ends_of(session.stats), len(session.resends)) == (ended, 0)
 
 
 def test_a_completion_cut_by_the_shutdown_while_redis_answers_it_is_kept_and_counts_once(
@@ -128,7 +123,7 @@ def test_a_completion_cut_by_the_shutdown_while_redis_answers_it_is_kept_and_cou
         await session.resends.settle(5.0)
 
     asyncio.run(run())
-    assert _ended(session.stats) == {"duplicate": 1}  # before: {}
+    assert ends_of(session.stats) == {"duplicate": 1}  # before: {}
 
 
 # (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
@@ -152,11 +147,11 @@ def test_a_failure_report_redis_never_answered_is_sent_again_at_the_next_heartbe
 
     async def run() -> list[Any]:
         await claim_fail_unanswered(session, delivery)
-        unanswered = [len(session.holdings), len(session.resends), _ended(session.stats)]
+        unanswered = [len(session.holdings), len(session.resends), ends_of(session.stats)]
         return [*unanswered, await _beat_once_redis_is_back(session, delivery, lapses)]
 
     assert asyncio.run(run()) == [0, 1, {}, 0]
-    assert (session.stats.claimed, _ended(session.stats)) == (1, FAILURE_AFTER_THE_OUTAGE[(lands, lapses)])
+    assert (session.stats.claimed, ends_of(session.stats)) == (1, FAILURE_AFTER_THE_OUTAGE[(lands, lapses)])
     (again,) = delivery.claim("s", "w0", 1)
     assert again.attempt == 2  # one attempt spent: by the failure, or by the lapse
 
@@ -174,7 +169,7 @@ def test_a_failure_report_still_unanswered_at_shutdown_counts_lost(
         await session.resends.settle(5.0)
 
     asyncio.run(run())
-    assert (_ended(session.stats), len(session.resends)) == ({"lost": 1}, 0)
+    assert (ends_of(session.stats), len(session.resends)) == ({"lost": 1}, 0)
 
 
 async def _engine(request: httpx.Request) -> httpx.Response:
@@ -209,7 +204,7 @@ def test_the_push_sidecar_ends_a_lease_whose_completion_went_unanswered_once_by_
         return len(session.resends) == 1
 
     stats = run_until(sidecar, unanswered, 10)
-    assert (stats.claimed, _ended(stats)) == (1, ended)  # before: (1, {})
+    assert (stats.claimed, ends_of(stats)) == (1, ended)  # before: (1, {})
     assert tally(Delivery.from_url(redis_url), "s", {"a#0"}) == (0, 0)
 
 
@@ -229,7 +224,7 @@ def test_against_the_release_befores_failure_script_a_resent_failure_still_ends_
         await session.heartbeat()
 
     asyncio.run(run())
-    assert (session.stats.claimed, _ended(session.stats), len(session.resends)) == (1, {"stale": 1}, 0)
+    assert (session.stats.claimed, ends_of(session.stats), len(session.resends)) == (1, {"stale": 1}, 0)
     (again,) = delivery.claim("s", "w0", 1)
     assert again.attempt == 2
 

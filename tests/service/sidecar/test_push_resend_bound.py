@@ -21,13 +21,8 @@ from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.sidecar.resends import GIVE_UP_TTLS, REAPER_PASSES_S
 from service.sidecar.session import WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.push_resends import KEPT_TTL_MS, RESULT, kept_session
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
 async def _beat_until_given_up(session: WorkerSession, within_s: float) -> float:
@@ -69,7 +64,7 @@ def test_a_kept_completion_redis_answers_past_for_two_ttls_is_given_up_lost_and_
 
     token, took = asyncio.run(run())
     assert len(session.resends) == 0, f"still kept after {took:.1f}s"
-    assert _ended(session) == {"lost": 1}
+    assert ends_of(session.stats) == {"lost": 1}
     assert took >= GIVE_UP_TTLS * KEPT_TTL_MS / 1000 + REAPER_PASSES_S - 0.1  # not before it lapsed
     late = Delivery.from_url(redis_url).complete_many("s", [("a#0", token, RESULT)], None, "w0")
     assert late == [CompletionOutcome.STALE]  # a resend could not have landed: nothing lost
@@ -99,5 +94,5 @@ def test_a_kept_completion_through_an_outage_longer_than_its_bound_still_lands(
         await session.heartbeat()
 
     asyncio.run(run())
-    assert (_ended(session), len(session.resends)) == ({"accepted": 1}, 0)
+    assert (ends_of(session.stats), len(session.resends)) == ({"accepted": 1}, 0)
     assert [r.key for r in Delivery.from_url(redis_url).read_results("s")] == ["a#0"]

@@ -23,12 +23,7 @@ from service.delivery.records import Lease
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.conftest import schedule
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
+from tests.service.sidecar.lease_ends import ends_of
 
 
 def _held_then_gone(redis_client: redis.Redis) -> tuple[WorkerSession, list[Held]]:
@@ -47,7 +42,7 @@ def test_a_failure_report_of_a_gone_schedule_counts_stale_as_its_completion_woul
     session, (first, _) = _held_then_gone(redis_client)
     with pytest.raises(UnknownScheduleError):
         asyncio.run(session.fail(first, "engine refused it"))
-    assert (_ended(session), len(session.holdings)) == ({"stale": 1}, 1)  # before: ({}, 1)
+    assert (ends_of(session.stats), len(session.holdings)) == ({"stale": 1}, 1)  # before: ({}, 1)
 
 
 def test_a_hand_back_of_a_gone_schedule_counts_its_leases_lost_as_a_heartbeat_would(
@@ -55,7 +50,7 @@ def test_a_hand_back_of_a_gone_schedule_counts_its_leases_lost_as_a_heartbeat_wo
 ) -> None:
     session, held = _held_then_gone(redis_client)
     asyncio.run(session.release(held))
-    assert (session.stats.claimed, _ended(session), len(session.holdings)) == (
+    assert (session.stats.claimed, ends_of(session.stats), len(session.holdings)) == (
         2,
         {"lost": 2},
         0,
@@ -91,4 +86,4 @@ def test_an_unreadable_items_failure_report_of_a_gone_schedule_counts_stale_and_
         return len(held)
 
     assert asyncio.run(run()) == 1  # before: 0
-    assert (session.stats.claimed, _ended(session)) == (2, {"stale": 1, "lost": 1})  # before: (2, {})
+    assert (session.stats.claimed, ends_of(session.stats)) == (2, {"stale": 1, "lost": 1})  # before: (2, {})

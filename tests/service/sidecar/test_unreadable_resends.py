@@ -24,11 +24,10 @@ from service.delivery.protocol import Delivery
 from service.delivery.stored import REPLY_DECODING
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.pullclient import serving
 from tests.service.sidecar.unanswered import UnansweredReports
-
-ENDS = ("accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
 
 def _damaged(redis_url: str) -> None:
@@ -38,10 +37,6 @@ def _damaged(redis_url: str) -> None:
     ((name, value),) = [(n, v) for n, v in cast(dict[bytes, bytes], raw.hgetall(key)).items() if b'"a"' in v]
     raw.hset(key, name, value.replace(b'"prompt_id":"a"', b'"prompt_id":"a\xff"'))
     raw.close()
-
-
-def _ended(session: WorkerSession) -> dict[str, int]:
-    return {name: getattr(session.stats, name) for name in ENDS if getattr(session.stats, name)}
 
 
 @pytest.mark.parametrize("lands", [True, False], ids=["landed", "never landed"])
@@ -58,12 +53,12 @@ def test_an_unanswered_failure_report_of_an_unreadable_item_counts_failed_once_a
         delivery.out.set()
         held = [h.lease.key for h in await session.claim(2)]
         delivery.out.clear()
-        at_claim = [dict(_ended(session)), len(session.resends)]
+        at_claim = [dict(ends_of(session.stats)), len(session.resends)]
         lost = await session.heartbeat()
         return [held, at_claim, lost, len(session.resends)]
 
     assert asyncio.run(run()) == [["b#0"], [{}, 1], [], 0]
-    assert (session.stats.claimed, _ended(session)) == (2, {"failed": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (2, {"failed": 1})
     (lease,) = Delivery.from_url(redis_url).claim("s", "w0", 1)  # a#0, requeued by the one failure
     assert (lease.key, lease.attempt) == ("a#0", 2)
 
@@ -83,4 +78,4 @@ def test_a_pull_sidecar_stopped_with_an_unreadable_items_report_unanswered_count
             return (await worker.get("/next", params={"wait_s": 20})).status_code
 
     assert asyncio.run(run()) == 200
-    assert (session.stats.claimed, _ended(session)) == (2, {"released": 1, "lost": 1})
+    assert (session.stats.claimed, ends_of(session.stats)) == (2, {"released": 1, "lost": 1})
