@@ -16,13 +16,23 @@ import numpy as np
 import pytest
 
 from predictors.history import History
-from predictors.model import FitConfig, fit
+from predictors.model import FitConfig, FittedModel, fit
 from predictors.predictor import LengthPredictor
 from predictors.queries import NO_CAP, QueryBatch
 from predictors.store import ModelStore
 from predictors.tracetable import Trace
 from scheduler.errors import InvalidInputError
 from tests.predictors.helpers import FAST, drifting_trace
+
+TwoFits = tuple[FittedModel, FittedModel]  # an older and a newer model of one trace
+
+
+@pytest.fixture(scope="module")
+def two_fits() -> TwoFits:
+    """The models of steps 0-1 and of steps 0-2 of a three-step trace, fitted once for the module:
+    the tests only save them (a save writes files, it never changes the model) and read back copies."""
+    trace = drifting_trace(steps=3)
+    return fit(trace.take(trace.step < 2), FAST), fit(trace, FAST)
 
 
 def test_a_saved_model_loads_back_with_identical_predictions_and_metadata(tmp_path: Path) -> None:
@@ -49,16 +59,16 @@ def test_fits_are_deterministic() -> None:
     assert a.metadata.p90_shift == b.metadata.p90_shift
 
 
-def test_a_predictor_hot_reloads_the_newest_version_once(tmp_path: Path) -> None:
-    trace = drifting_trace(steps=3)
+def test_a_predictor_hot_reloads_the_newest_version_once(tmp_path: Path, two_fits: TwoFits) -> None:
+    older, newer = two_fits  # steps 0-1, then steps 0-2
     store = ModelStore(tmp_path)
-    predictor = LengthPredictor(History(trace))
+    predictor = LengthPredictor(History(drifting_trace(steps=3)))
     assert not predictor.reload(store)  # empty store: nothing to load, fallbacks keep answering
-    store.save(fit(trace.take(trace.step < 2), FAST))
+    store.save(older)
     assert predictor.reload(store)
     assert predictor.model_version == 1
     assert not predictor.reload(store)
-    store.save(fit(trace, FAST))
+    store.save(newer)
     assert predictor.reload(store)
     assert predictor.model_version == 2
     assert predictor.model is not None
@@ -108,27 +118,31 @@ def test_a_damaged_version_is_a_typed_error_naming_its_folder(tmp_path: Path) ->
         store.load()
 
 
-def _two_versions(root: Path) -> tuple[ModelStore, LengthPredictor]:
-    trace = drifting_trace(steps=3)
+def _two_versions(root: Path, two_fits: TwoFits) -> tuple[ModelStore, LengthPredictor]:
+    """A store holding ``two_fits`` as versions 1 and 2, and a predictor that reloaded version 2."""
     store = ModelStore(root)
-    store.save(fit(trace.take(trace.step < 2), FAST))
-    store.save(fit(trace, FAST))
-    predictor = LengthPredictor(History(trace))
+    for model in two_fits:
+        store.save(model)
+    predictor = LengthPredictor(History(drifting_trace(steps=3)))
     assert predictor.reload(store)
     assert predictor.model_version == 2
     return store, predictor
 
 
-def test_removing_the_newest_version_rolls_a_running_predictor_back(tmp_path: Path) -> None:
-    store, predictor = _two_versions(tmp_path)
+def test_removing_the_newest_version_rolls_a_running_predictor_back(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
+    store, predictor = _two_versions(tmp_path, two_fits)
     shutil.rmtree(store.path(2))
     assert predictor.reload(store)
     assert predictor.model_version == 1
 
 
-def test_removing_every_version_rolls_a_running_predictor_back_to_the_fallbacks(tmp_path: Path) -> None:
+def test_removing_every_version_rolls_a_running_predictor_back_to_the_fallbacks(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
     """As a replica started now would answer; it kept serving the removed model until restarted."""
-    store, predictor = _two_versions(tmp_path)
+    store, predictor = _two_versions(tmp_path, two_fits)
     shutil.rmtree(store.path(2))
     shutil.rmtree(store.path(1))
     assert predictor.reload(store)
@@ -162,11 +176,11 @@ def _listing_fails_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
 
 @pytest.mark.parametrize("calls", [0, 1])
 def test_a_store_that_cannot_be_listed_keeps_the_model_held_and_is_reported(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: int, two_fits: TwoFits
 ) -> None:
     """A reload runs before every prediction; its ``OSError`` failed each of them (and a replica's
     start), where a damaged version is passed over. Listed once then failing: inside ``load``."""
-    store, predictor = _two_versions(tmp_path)
+    store, predictor = _two_versions(tmp_path, two_fits)
     shutil.rmtree(store.path(2))  # so the reload would have something to do
     _listing_fails_after(monkeypatch, calls)
     told: list[InvalidInputError] = []
@@ -175,10 +189,12 @@ def test_a_store_that_cannot_be_listed_keeps_the_model_held_and_is_reported(
     assert [error.field for error in told] == ["model_store"]
 
 
-def test_a_store_whose_path_names_no_folder_is_not_read_as_an_empty_one(tmp_path: Path) -> None:
+def test_a_store_whose_path_names_no_folder_is_not_read_as_an_empty_one(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
     """Its volume replaced by a file, the store listed no version, and every replica dropped the
     model it served for the fallbacks, as if an operator had removed every version."""
-    store, predictor = _two_versions(tmp_path / "volume" / "models")
+    store, predictor = _two_versions(tmp_path / "volume" / "models", two_fits)
     shutil.move(tmp_path / "volume", tmp_path / "away")
     (tmp_path / "volume").write_text("not a folder")
     with pytest.raises(NotADirectoryError):
@@ -188,8 +204,8 @@ def test_a_store_whose_path_names_no_folder_is_not_read_as_an_empty_one(tmp_path
     assert ModelStore(tmp_path / "not-made-yet").versions() == []
 
 
-def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> None:
-    store, predictor = _two_versions(tmp_path)
+def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path, two_fits: TwoFits) -> None:
+    store, predictor = _two_versions(tmp_path, two_fits)
     shutil.rmtree(store.path(2))
     trace = drifting_trace(steps=3)
     assert store.save(fit(trace.take(trace.step < 1), FAST)) == 3
@@ -197,8 +213,8 @@ def test_a_removed_versions_number_is_not_handed_out_again(tmp_path: Path) -> No
     assert predictor.model_version == 3
 
 
-def test_a_version_stored_again_under_the_held_number_is_taken(tmp_path: Path) -> None:
-    store, predictor = _two_versions(tmp_path)
+def test_a_version_stored_again_under_the_held_number_is_taken(tmp_path: Path, two_fits: TwoFits) -> None:
+    store, predictor = _two_versions(tmp_path, two_fits)
     other = ModelStore(tmp_path / "elsewhere")
     trace = drifting_trace(steps=3)
     other.save(fit(trace.take(trace.step < 1), FAST))
@@ -209,8 +225,10 @@ def test_a_version_stored_again_under_the_held_number_is_taken(tmp_path: Path) -
     assert predictor.model.metadata.steps == (0,)
 
 
-def test_the_held_version_reading_damaged_for_a_while_is_kept_not_rolled_back(tmp_path: Path) -> None:
-    store, predictor = _two_versions(tmp_path)
+def test_the_held_version_reading_damaged_for_a_while_is_kept_not_rolled_back(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
+    store, predictor = _two_versions(tmp_path, two_fits)
     meta = store.path(2) / "metadata.json"
     whole = meta.read_bytes()
     meta.write_bytes(whole[: len(whole) // 2])  # as a network volume's hiccup reads it
@@ -231,9 +249,11 @@ def test_an_incomplete_version_folder_does_not_block_the_next_save(tmp_path: Pat
     assert store.save(fit(trace, FAST)) == 4
 
 
-def test_a_truncated_booster_file_is_a_typed_error_not_an_aborted_process(tmp_path: Path) -> None:
+def test_a_truncated_booster_file_is_a_typed_error_not_an_aborted_process(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
     """LightGBM aborts the process (C++ terminate) on a cut model file; the checksum stops it first."""
-    store, _ = _two_versions(tmp_path)
+    store, _ = _two_versions(tmp_path, two_fits)
     booster = store.path(2) / "p50.txt"
     booster.write_bytes(booster.read_bytes()[: booster.stat().st_size // 2])
     probe = (
@@ -246,8 +266,10 @@ def test_a_truncated_booster_file_is_a_typed_error_not_an_aborted_process(tmp_pa
     assert "p50.txt is not the file that was saved" in done.stdout
 
 
-def test_metadata_that_does_not_match_its_boosters_is_refused_at_load(tmp_path: Path) -> None:
-    store, _ = _two_versions(tmp_path)
+def test_metadata_that_does_not_match_its_boosters_is_refused_at_load(
+    tmp_path: Path, two_fits: TwoFits
+) -> None:
+    store, _ = _two_versions(tmp_path, two_fits)
     meta_path = store.path(2) / "metadata.json"
     meta = json.loads(meta_path.read_text())
     meta["features"] = meta["features"][:-1]
@@ -287,11 +309,11 @@ def test_pruning_keeps_the_newest_versions_and_never_reuses_a_number(tmp_path: P
     ],
 )
 def test_a_model_of_another_feature_set_is_refused_at_load_not_at_every_prediction(
-    tmp_path: Path, change: Any
+    tmp_path: Path, change: Any, two_fits: TwoFits
 ) -> None:
     """Serving builds ``BASE_FEATURES`` + the stored extras: a version whose feature list differs
     (another release's features, reordered columns) loaded, then failed or misread every prediction."""
-    store, _ = _two_versions(tmp_path)
+    store, _ = _two_versions(tmp_path, two_fits)
     meta_path = store.path(2) / "metadata.json"
     meta = json.loads(meta_path.read_text())
     change(meta)
@@ -305,11 +327,11 @@ def test_a_model_of_another_feature_set_is_refused_at_load_not_at_every_predicti
 
 @pytest.mark.parametrize("field", ["categorical", "metrics"])
 def test_metadata_of_the_wrong_shape_is_passed_over_like_a_damaged_version(
-    tmp_path: Path, field: str
+    tmp_path: Path, field: str, two_fits: TwoFits
 ) -> None:
     """A metadata.json another tool wrote (a list where a mapping belongs) raised ``AttributeError``
     out of ``reload``, which failed the start of every replica reading the store."""
-    store, _ = _two_versions(tmp_path)
+    store, _ = _two_versions(tmp_path, two_fits)
     meta_path = store.path(2) / "metadata.json"
     meta = json.loads(meta_path.read_text())
     meta[field] = []
