@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from predictors.queries import Query
 from predictors.store import ModelStore
@@ -74,7 +76,13 @@ def test_a_follow_that_fails_is_said_once_at_its_second_failure_and_never_raised
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One failure alone is not said: a stop whose embedded server went first fails one last follow."""
-    gone = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1.0, decode_responses=True)
+    gone = redis.Redis(  # refused at once: redis-py's default retries only wait ~3 s a follow
+        host="127.0.0.1",
+        port=1,
+        socket_connect_timeout=1.0,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+    )
     follower = Follower(ModelService(ModelStore(tmp_path / "models"), ActualsLog(gone, 1000)), every_s=1.0)
     with caplog.at_level(logging.WARNING, logger="service.models"):
         assert follower.follow_once() == 0
