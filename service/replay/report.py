@@ -29,12 +29,16 @@ COLUMNS: tuple[str, ...] = (
     "tokens/s",
     "tail s",
     "KV use",
+    "preempted",
+    "steals",
     "plan s",
 )
 
 
 def table_rows(report: ReplayReport, steal: bool) -> list[tuple[str, ...]]:
-    """One formatted row per reported policy, in ``COLUMNS`` order."""
+    """One formatted row per reported policy, in ``COLUMNS`` order: every figure of ``--json``'s
+    policies (``PolicySummary``). The evictions and steals were in the JSON only, so two tables of
+    a replay, stealing on and off, could be identical with nothing to say that no policy stole."""
     rows: list[tuple[str, ...]] = []
     for name, s in report.summary(steal).items():
         rows.append(
@@ -48,6 +52,8 @@ def table_rows(report: ReplayReport, steal: bool) -> list[tuple[str, ...]]:
                 f"{s.tokens_per_s:,.0f}",
                 f"{s.tail_time_s:,.1f}",
                 f"{s.kv_use:.2f}",
+                f"{s.preemptions:,}",
+                f"{s.steals:,}",
                 f"{s.plan_wall_s:.2f}",
             )
         )
@@ -209,8 +215,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{t
 <h1>rollout-scheduler replay</h1>
 <p>{html.escape(headline(report, steal))}</p>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
-<p>Makespans and tail times are summed over steps, bubble ratios averaged; speed-ups and the ratio to
-the lower bound are ratios of summed makespans. Definitions: docs/replay.md.</p>
+<p>Makespans, tail times, evictions and steals are summed over steps, bubble ratios and KV use averaged;
+speed-ups and the ratio to the lower bound are ratios of summed makespans. Definitions: docs/replay.md.</p>
 <ul>{per_step}</ul>
 <h2>Gantt chart of step {report.steps[-1].step}</h2>
 <img alt="Gantt chart per worker" src="data:image/png;base64,{image}" style="max-width:100%">
