@@ -74,10 +74,11 @@ def headline(report: ReplayReport, steal: bool) -> str:
     inv = report.config.inventory
     pool = pool_label(inv)
     steps = ", ".join(str(s.step) for s in report.steps)
+    word = "step" if len(report.steps) == 1 else "steps"  # "steps 1:" read as a miscount of one
     engine = report.config.engine
     return (
         ("SYNTHETIC trace, " if report.synthetic else "")
-        + f"steps {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
+        + f"{word} {steps}: {sum(s.trajectories for s in report.steps):,} trajectories on {pool} "
         f"({inv.model.name}), stealing {'on' if steal else 'off'}, "
         + (f"played as {engine}, " if engine != DEFAULT_ENGINE else "")
         + f"lower bound {report.lower_bound_s:,.1f} s"

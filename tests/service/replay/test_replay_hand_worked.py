@@ -13,6 +13,8 @@ metrics table says, and the table shows what ``--json`` gives.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ from predictors.tracetable import Trace
 from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.trace import TraceRow
 from service.replay.harness import ReplayConfig, ReplayReport, replay
-from service.replay.report import COLUMNS, table_rows
+from service.replay.report import COLUMNS, headline, table_rows
 from service.workerspec import parse_workers
 
 POOL = parse_workers("1xH100:1,1xAscend910B:1", model="7b")
@@ -135,3 +137,11 @@ def test_the_table_shows_every_figure_the_json_gives_each_policy(report: ReplayR
             ), (row[0], column)
     steals = {row[0]: row[COLUMNS.index("steals")] for row in table_rows(report, steal)}
     assert steals["round_robin"] == ("1" if steal else "0")
+
+
+def test_the_headline_counts_the_steps_it_names(report: ReplayReport) -> None:
+    # A one-step replay was titled "steps 1: 6 trajectories ...", as docs/benchmarks.md's real-data
+    # tables still read.
+    one = dataclasses.replace(report, steps=report.steps[:1])
+    assert headline(one, True).startswith("step 1: 6 trajectories on 1xH100:1,1xAscend910B:1 (7b), ")
+    assert headline(report, True).startswith("steps 1, 2: 10 trajectories on ")

@@ -36,8 +36,8 @@ def test_a_replay_of_a_synthetic_trace_says_so_in_its_table_json_and_report(
     report = tmp_path / "replay.html"
     code, table, _ = run(cli, ["replay", str(small_trace_file), *REPLAY, "--report", str(report)])
     assert code == 0
-    assert "SYNTHETIC trace, steps 1:" in table
-    assert "SYNTHETIC trace, steps 1:" in report.read_text()
+    assert "SYNTHETIC trace, step 1:" in table
+    assert "SYNTHETIC trace, step 1:" in report.read_text()
     code, out, _ = run(cli, ["replay", str(small_trace_file), *REPLAY, "--json"])
     assert code == 0
     assert json.loads(out)["synthetic"] is True
