@@ -23,7 +23,7 @@ from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
 from scheduler.sim_overdue import extend_overdue
 from scheduler.sim_stuck import no_completion, too_long
-from scheduler.stepsum import decode_time
+from scheduler.stepsum import decode_time, held_time
 
 _DEAD = (-1, 0, 0)  # alive.get() default: matches no admission token
 
@@ -35,13 +35,17 @@ def play_queue(
     watermark: float,
     kv_admission: bool,
     resume: bool = False,
+    held: bool = False,
 ) -> WorkerEngine:
     """Play every item of ``ledger``, in order, as one worker's queue alone; the played engine.
 
     The ledger then holds each item's start and end: what the planner's per-worker simulation and
-    the steal deadlines (``scheduler.deadlines``) both read.
+    the steal deadlines (``scheduler.deadlines``) both read; ``held``: the engine sums the KV it
+    holds over time (``WorkerEngine.held_s``), which plans do not read.
     """
-    engine = WorkerEngine(0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume)
+    engine = WorkerEngine(
+        0, cost, ledger, watermark=watermark, kv_admission=kv_admission, resume=resume, held=held
+    )
     engine.enqueue(list(range(len(ledger.keys))))
     run_alone(engine)
     return engine
@@ -95,6 +99,7 @@ def _play(e: WorkerEngine) -> None:
         e.blocked,
     )
     busy, preempted, queued_work, waiting_reserve = e.busy_s, e.preempted, e.queued_work, e.waiting_reserve
+    held_s = e.held_s
     run, to_finish, to_fit, refusal, watch = e.pending_run, e.to_finish, e.to_fit, e.refusal, e.watch
     refused, prefill = e.refused, e.prefill_tokens
     while True:
@@ -202,6 +207,8 @@ def _play(e: WorkerEngine) -> None:
             spent = cost.prefill_time(prefill)
             clock += spent
             busy += spent
+            if held_s is not None:
+                held_s += (offset + batch * step) * spent
             prefill = 0
         if batch == 0:
             run = -1
@@ -236,6 +243,8 @@ def _play(e: WorkerEngine) -> None:
             run = to_fit
         spent = decode_time(cost, batch, context, run) if run > 0 else 0.0
         busy += spent
+        if held_s is not None and run > 0:
+            held_s += held_time(cost, batch, context, run)
         clock += spent
     e.clock, e.step, e.batch, e.offset, e.reserved, e.token, e.blocked = (
         clock,
@@ -247,6 +256,7 @@ def _play(e: WorkerEngine) -> None:
         blocked,
     )
     e.busy_s, e.preempted, e.queued_work, e.waiting_reserve = busy, preempted, queued_work, waiting_reserve
+    e.held_s = held_s
     e.pending_run, e.to_finish, e.to_fit, e.refusal, e.prefill_tokens = (
         run,
         to_finish,

@@ -50,17 +50,17 @@ from scheduler.sim_ledger import Ledger
 from scheduler.sim_overdue import DEAD as _DEAD
 from scheduler.sim_overdue import extend_overdue
 from scheduler.sim_stuck import no_completion, too_long
-from scheduler.stepsum import decode_time
+from scheduler.stepsum import decode_time, held_time
 
 
 class WorkerEngine:
     """One worker's queue, running batch and clock; see the module docstring for the rules."""
 
     __slots__ = ("alive", "batch", "blocked", "busy_s", "cap", "clock", "cost", "event_clock", "heap",
-                 "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue", "peak",
-                 "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "refusal", "refused",
-                 "reserved", "resume", "stack", "step", "to_finish", "to_fit", "token", "waiting",
-                 "waiting_reserve", "watch")  # fmt: skip
+                 "held_s", "index", "kv_admission", "ledger", "limit", "max_seqs", "offset", "overdue",
+                 "peak", "pending_run", "preempted", "prefill_tokens", "queue", "queued_work", "refusal",
+                 "refused", "reserved", "resume", "stack", "step", "to_finish", "to_fit", "token",
+                 "waiting", "waiting_reserve", "watch")  # fmt: skip
 
     def __init__(
         self,
@@ -71,6 +71,7 @@ class WorkerEngine:
         watermark: float,
         kv_admission: bool,
         resume: bool = False,
+        held: bool = False,
     ) -> None:
         self.index, self.cost, self.ledger = index, cost, ledger
         self.cap = cost.kv_capacity_tokens  # KV tokens the worker holds
@@ -99,6 +100,7 @@ class WorkerEngine:
         self.blocked = False  # a preemption happened and no decode step has run since
         self.prefill_tokens = 0  # prompts admitted since the last commit, prefilled together
         self.busy_s = 0.0  # seconds spent prefilling or decoding
+        self.held_s = 0.0 if held else None  # KV-token-seconds held (``held``: summed; plans skip it)
         self.preempted = 0  # evictions so far
         self.pending_run = -1  # decode steps to the pending event (-1: none pending)
         self.to_finish = 0  # steps from the pending event's start to the next completion
@@ -263,6 +265,8 @@ class WorkerEngine:
             spent = self.cost.prefill_time(self.prefill_tokens)
             self.clock += spent
             self.busy_s += spent
+            if self.held_s is not None:  # the running set and the prompts being prefilled
+                self.held_s += (self.offset + self.batch * self.step) * spent
             self.prefill_tokens = 0
         batch = self.batch
         if batch == 0:
@@ -279,6 +283,8 @@ class WorkerEngine:
             run = self.to_fit
         spent = decode_time(self.cost, batch, context, run) if run > 0 else 0.0
         self.busy_s += spent
+        if self.held_s is not None and run > 0:
+            self.held_s += held_time(self.cost, batch, context, run)
         self.pending_run = run
         self.event_clock = self.clock + spent
         return self.event_clock

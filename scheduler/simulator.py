@@ -82,6 +82,8 @@ class SimResult:
     makespan_s: float  # when the last trajectory ended
     worker_finish_s: Mapping[str, float]  # when each worker's last trajectory ended (0.0: it ran none)
     worker_busy_s: Mapping[str, float]  # seconds each worker spent prefilling or decoding
+    worker_kv_token_s: Mapping[str, float]  # KV tokens each worker's running sequences held, integrated
+    # over time (token-seconds): over capacity x time, the share of its cache really in use
     items: tuple[ItemRecord, ...]  # one per trajectory, in the order of the input trajectories
     preemptions: int  # evictions over all workers
     steals: int  # items moved by work stealing
@@ -96,6 +98,7 @@ class WorkerRun:
 
     finish_s: float  # when its last item ended (0.0 for an empty queue)
     busy_s: float  # seconds prefilling or decoding
+    kv_token_s: float  # KV tokens held, integrated over time (``SimResult.worker_kv_token_s``)
     preemptions: int  # evictions
     starts_s: tuple[float, ...]  # first admission of each item, in queue order
     ends_s: tuple[float, ...]  # completion of each item, in queue order
@@ -132,6 +135,7 @@ def simulate(
             watermark=options.watermark,
             kv_admission=options.kv_admission,
             resume=options.resume_preempted,
+            held=True,
         )
         for i, w in enumerate(inventory.workers)
     ]
@@ -214,9 +218,10 @@ def simulate_worker(
         watermark=watermark,
         kv_admission=kv_admission,
         resume=resume_preempted,
+        held=True,
     )
-    ends = tuple(ledger.end)
-    return WorkerRun(max(ends, default=0.0), engine.busy_s, engine.preempted, tuple(ledger.start), ends)
+    ends, held = tuple(ledger.end), engine.held_s or 0.0
+    return WorkerRun(max(ends, default=0.0), engine.busy_s, held, engine.preempted, tuple(ledger.start), ends)
 
 
 def _steal_deadlines(
@@ -272,6 +277,7 @@ def _summarize(ledger: Ledger, inventory: Inventory, engines: list[WorkerEngine]
         makespan_s=makespan,
         worker_finish_s={w.worker_id: f for w, f in zip(workers, finish, strict=True)},
         worker_busy_s={w.worker_id: e.busy_s for w, e in zip(workers, engines, strict=True)},
+        worker_kv_token_s={w.worker_id: e.held_s or 0.0 for w, e in zip(workers, engines, strict=True)},
         items=items,
         preemptions=sum(ledger.preemptions),
         steals=steals,

@@ -55,6 +55,44 @@ def decode_time(cost: WorkerCost, batch: int, context: float, steps: int) -> flo
     return cost.time_scale * (total + cost.overhead_s * steps)
 
 
+def _held_series(c: float, b: float, a: float, s: float, start: int, stop: int) -> float:
+    """Sum of ``(c + b * k) * (a + s * k)`` for integer ``k`` in ``[start, stop)``."""
+    n = stop - start
+    if n <= 0:
+        return 0.0
+    k1 = (start + stop - 1) * n / 2.0  # sum of k
+    k2 = ((stop - 1) * stop * (2 * stop - 1) - (start - 1) * start * (2 * start - 1)) / 6.0  # of k^2
+    return n * c * a + (c * s + b * a) * k1 + b * s * k2
+
+
+def held_time(cost: WorkerCost, batch: int, context: float, steps: int) -> float:
+    """KV-token-seconds held over ``decode_time(cost, batch, context, steps)``: each step's context
+    (``context + batch * k`` tokens) times that step's time, summed in closed form. Over a play it
+    is what a worker's cache really held (the replay's ``KV use``): counting each sequence's mean
+    context over its span, evictions and waits included, read above 1 on KV-bound batches.
+    """
+    if steps <= 0:
+        return 0.0
+    grow = float(batch)
+    mem_a = cost.mem_base_s + cost.mem_per_token_s * context
+    mem_s = cost.mem_per_token_s * grow
+    cmp_a = cost.flops_per_seq_s * batch + cost.flops_per_token_s * context
+    cmp_s = cost.flops_per_token_s * grow
+    diff_a, diff_s = mem_a - cmp_a, mem_s - cmp_s
+    end = diff_a + diff_s * (steps - 1)
+    if diff_a >= 0 and end >= 0:
+        total = _held_series(context, grow, mem_a, mem_s, 0, steps)
+    elif diff_a <= 0 and end <= 0:
+        total = _held_series(context, grow, cmp_a, cmp_s, 0, steps)
+    else:  # the leading term switches once, where ``decode_time`` splits
+        cross = min(steps, max(0, math.ceil(-diff_a / diff_s)))
+        first, second = ((mem_a, mem_s), (cmp_a, cmp_s)) if diff_a > 0 else ((cmp_a, cmp_s), (mem_a, mem_s))
+        head = _held_series(context, grow, *first, 0, cross)
+        total = head + _held_series(context, grow, *second, cross, steps)
+    overhead = cost.overhead_s * (steps * context + grow * (steps - 1) * steps / 2.0)
+    return cost.time_scale * (total + overhead)
+
+
 def _series_v(a: FloatArray, s: float, start: FloatArray, stop: FloatArray) -> FloatArray:
     """``_series`` over arrays of ``a``, ``start`` and ``stop``: one decode sum per trajectory at once."""
     n = np.maximum(stop - start, 0.0)

@@ -77,7 +77,7 @@ class StepRun:
 
     plan: Plan
     result: SimResult
-    kv_use: float  # approximate mean share of the pool's KV cache in use up to the makespan
+    kv_use: float  # mean share of the pool's KV cache in use up to the makespan (``kv_use``)
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,19 +314,19 @@ def _policy_runs(
     for steal in config.steal_modes:
         options = _sim_options(request, the_plan, steal, config.engine)
         result = simulate(the_plan, batch, actual, config.inventory, options)
-        runs[steal] = StepRun(the_plan, result, kv_use(result, batch, config.inventory))
+        runs[steal] = StepRun(the_plan, result, kv_use(result, config.inventory))
     return runs
 
 
-def kv_use(result: SimResult, batch: Sequence[Trajectory], inventory: Inventory) -> float:
-    """Approximate mean share of the pool's KV cache in use from step start to the makespan.
-
-    Each trajectory is taken to hold its prompt plus half its output from first admission to its end
-    (exact for linear growth without preemption; a preempted one is over-counted). It explains the
-    distance to the lower bound, whose KV term assumes every cache full at every step.
+def kv_use(result: SimResult, inventory: Inventory) -> float:
+    """Mean share of the pool's KV cache in use from step start to the makespan: the KV tokens the
+    running sequences held, integrated over the play (``SimResult.worker_kv_token_s``), over the
+    pool's capacity times the makespan. It explains the distance to the lower bound, whose KV term
+    assumes every cache full at every step. Each trajectory counted at its prompt plus half its
+    output from first admission to end, as until 2026-12-07, read above 1 where sequences were
+    evicted (their waits and lost progress counted as held: docs/experiments.md, replay58).
     """
-    prompts = {t.key: t.prompt_tokens for t in batch}
-    held = sum((prompts[i.key] + i.output_tokens / 2.0) * (i.end_s - i.start_s) for i in result.items)
+    held = sum(result.worker_kv_token_s.values())
     capacity = sum(worker_cost(w, inventory.model).kv_capacity_tokens for w in inventory.workers)
     return held / (capacity * result.makespan_s) if result.makespan_s > 0 else 0.0
 

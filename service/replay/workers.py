@@ -11,8 +11,9 @@ beside them the two things that explain the gap on KV-bound long chain-of-though
 - ``last_start_s``: when the worker admitted its last trajectory. After that it holds nothing a
   thief could take, so work stealing cannot correct a worker that runs late only after it.
 
-``kv_use`` is the mean share of the worker's KV cache in use until it finished (the same
-approximation as ``service.replay.harness.kv_use``): what the bound assumes is 1.
+``kv_use`` is the mean share of the worker's KV cache in use until it finished (the KV its running
+sequences held, integrated over the play, as ``service.replay.harness.kv_use``): what the bound
+assumes is 1.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def worker_rows(step: StepReplay, policy: str, steal: bool, inventory: Inventory
     return [
         _row(step.step, worker.worker_id, ran[worker.worker_id], planned, finish.get(worker.worker_id, 0.0),
              run.result.worker_finish_s.get(worker.worker_id, 0.0),
+             run.result.worker_kv_token_s.get(worker.worker_id, 0.0),
              worker_cost(worker, inventory.model).kv_capacity_tokens)
         for worker in inventory.workers
     ]  # fmt: skip
@@ -86,11 +88,11 @@ def _row(
     planned: Mapping[str, tuple[int, float]],
     planned_finish_s: float,
     simulated_finish_s: float,
+    held: float,
     capacity: int,
 ) -> WorkerRow:
     true_area = sum(_area(planned[i.key][0], i.output_tokens) for i in items)
     plan_area = sum(_area(*planned[i.key]) for i in items)
-    held = sum((planned[i.key][0] + i.output_tokens / 2.0) * (i.end_s - i.start_s) for i in items)
     return WorkerRow(
         step=step,
         worker_id=worker_id,

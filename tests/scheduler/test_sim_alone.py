@@ -16,7 +16,7 @@ from scheduler.types import Worker
 
 _STATE = ("clock", "step", "batch", "offset", "reserved", "token", "blocked", "busy_s", "preempted",
           "queued_work", "waiting_reserve", "pending_run", "to_finish", "to_fit", "refusal",
-          "prefill_tokens", "event_clock", "refused")  # fmt: skip
+          "prefill_tokens", "event_clock", "refused", "held_s")  # fmt: skip
 
 # (prompt, true steps, planned steps): the plan's prediction may be short or long of the truth
 ITEMS = st.lists(
@@ -33,7 +33,7 @@ def _engine(
         [m for _, _, m in items],
     )  # fmt: skip
     engine = WorkerEngine(0, worker_cost(worker, model_preset("7b")), ledger, watermark=0.01,
-                          kv_admission=kv, resume=resume)  # fmt: skip
+                          kv_admission=kv, resume=resume, held=True)  # fmt: skip
     engine.enqueue(list(range(len(items))))
     return engine, ledger
 

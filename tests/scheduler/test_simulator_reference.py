@@ -24,6 +24,7 @@ MODEL = model_preset("7b")
 class Outcome:
     ends: list[float]
     preemptions: list[int]
+    held: float  # KV tokens held by the running sequences, times each prefill's and step's seconds
 
 
 def reference(
@@ -42,7 +43,7 @@ def reference(
     waiting = list(range(n))
     running: list[list[int]] = []  # [item, generated], oldest first
     ends, preempted, kept = [0.0] * n, [0] * n, [0] * n
-    clock, admission_open = 0.0, True
+    clock, admission_open, held_s = 0.0, True, 0.0
 
     def held() -> int:
         return sum(prompts[i] + g for i, g in running)
@@ -76,10 +77,12 @@ def reference(
                 admitted += prompts[item] + kept[item]
                 running.append([item, kept[item]])
             if admitted:
+                held_s += held() * cost.prefill_time(admitted)
                 clock += cost.prefill_time(admitted)
                 continue  # an item of no output tokens ends at once
         if not running:
-            return Outcome(ends, preempted)
+            return Outcome(ends, preempted, held_s)
+        held_s += held() * cost.step_time(len(running), held())
         clock += cost.step_time(len(running), held())
         for r in running:
             r[1] += 1
@@ -132,3 +135,4 @@ def test_closed_form_engine_matches_a_token_by_token_engine(
     assert list(got.ends_s) == pytest.approx(want.ends, rel=1e-9, abs=1e-12)
     assert got.preemptions == sum(want.preemptions)
     assert got.finish_s == pytest.approx(max(want.ends), rel=1e-9)
+    assert got.kv_token_s == pytest.approx(want.held, rel=1e-9, abs=1e-12)  # the replay's KV use

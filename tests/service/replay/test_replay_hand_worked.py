@@ -63,7 +63,8 @@ def test_the_faster_worker_steals_the_slower_ones_last_trajectory_and_ends_at_fo
 ) -> None:
     h100, ascend = (worker_cost(w, POOL.model) for w in POOL.workers)
     t_h, t_a = _alone(h100), _alone(ascend)
-    assert 3 * t_h < 2 * t_a and 4 * t_h < 3 * t_a  # the 910B's third is still queued when it steals
+    assert 3 * t_h < 2 * t_a  # the 910B's third is still queued when the H100 runs dry
+    assert 4 * t_h < 3 * t_a  # and the H100 ends it sooner
     step = report.steps[0]
     for run in (("round_robin", True), ("least_loaded", False), ("least_loaded", True)):
         played = step.runs[run].result
@@ -145,3 +146,19 @@ def test_the_headline_counts_the_steps_it_names(report: ReplayReport) -> None:
     one = dataclasses.replace(report, steps=report.steps[:1])
     assert headline(one, True).startswith("step 1: 6 trajectories on 1xH100:1,1xAscend910B:1 (7b), ")
     assert headline(report, True).startswith("steps 1, 2: 10 trajectories on ")
+
+
+def test_kv_use_stays_a_share_of_the_cache_on_a_step_that_evicts() -> None:
+    """Twelve 20,000 + 20,000-token trajectories on one H100 under 14b: the cache (243,679 tokens)
+    holds twelve prompts but six finished ones, so round robin's vLLM admission evicts. KV use
+    counted each trajectory at its prompt plus half its output from first admission to end, waits
+    and lost progress included: 1.137. The KV held, integrated over the play, is 0.864 of it."""
+    rows = [TraceRow(step, f"q{i}", 0, 20_000, 20_000) for step in (0, 1) for i in range(12)]
+    pool = parse_workers("1xH100", model="14b")
+    config = ReplayConfig(pool, ("round_robin",), (1,), steal_modes=(False,), time_budget_s=0.2)
+    run = replay(Trace.from_rows(rows), config).steps[0].runs[("round_robin", False)]
+    assert run.result.preemptions == 10
+    capacity = worker_cost(pool.workers[0], pool.model).kv_capacity_tokens
+    held = run.result.worker_kv_token_s["h100-0"]
+    assert run.kv_use == pytest.approx(held / (capacity * run.result.makespan_s))
+    assert run.kv_use == pytest.approx(0.8636, abs=1e-4)
