@@ -68,8 +68,8 @@ def _held_series(c: float, b: float, a: float, s: float, start: int, stop: int) 
 def held_time(cost: WorkerCost, batch: int, context: float, steps: int) -> float:
     """KV-token-seconds held over ``decode_time(cost, batch, context, steps)``: each step's context
     (``context + batch * k`` tokens) times that step's time, summed in closed form. Over a play it
-    is what a worker's cache really held (the replay's ``KV use``): counting each sequence's mean
-    context over its span, evictions and waits included, read above 1 on KV-bound batches.
+    is what a worker's cache really held, the replay's ``KV use``, which a count of each sequence's
+    mean context over its span (evictions and waits included) put above 1 on KV-bound batches.
     """
     if steps <= 0:
         return 0.0
