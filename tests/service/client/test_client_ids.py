@@ -6,9 +6,10 @@ silently (``/`` stays a separator even percent-encoded: the server decodes the p
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 
 from service.client import SchedulerAPIError, SchedulerClient
 from service.settings import Settings
@@ -22,22 +23,36 @@ CALLS: dict[str, Callable[[SchedulerClient, str], object]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def service(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One service for the module's tests: what they check is the client's, which refuses an id before
+    it sends anything; a service started per test cost each its app and server (apici58)."""
+    settings = Settings(redis_url=redis_url, model_dir=str(tmp_path_factory.mktemp("models")))
+    with LiveServer(settings) as server:
+        yield server
+
+
+@pytest.fixture
+def trainer(service: LiveServer, redis_client: redis.Redis) -> Iterator[SchedulerClient]:
+    """A trainer's client of the module's service, on a Redis flushed for the test (``redis_client``)."""
+    with SchedulerClient(service.url) as client:
+        yield client
+
+
 @pytest.mark.parametrize("name", sorted(CALLS))
 @pytest.mark.parametrize("suffix", ["#1", "?after=0-0", "/results", "%2F", " ", "/../../models"])
 def test_an_id_with_a_url_delimiter_is_refused_not_read_as_another_schedule(
-    live_settings: Settings, name: str, suffix: str
+    trainer: SchedulerClient, name: str, suffix: str
 ) -> None:
-    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
-        client.schedule(batch_body(prompts=1, n=1, schedule_id="step"))
-        with pytest.raises(ValueError, match=f"^schedule_id='step{re.escape(suffix)}': String should match"):
-            CALLS[name](client, f"step{suffix}")
-        assert client.progress("step").cancelled == 0  # the cancel reached no other schedule
+    trainer.schedule(batch_body(prompts=1, n=1, schedule_id="step"))
+    with pytest.raises(ValueError, match=f"^schedule_id='step{re.escape(suffix)}': String should match"):
+        CALLS[name](trainer, f"step{suffix}")
+    assert trainer.progress("step").cancelled == 0  # the cancel reached no other schedule
 
 
-def test_an_id_the_service_takes_is_sent_as_is(live_settings: Settings) -> None:
-    with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
-        client.schedule(batch_body(prompts=1, n=1, schedule_id="run-1:step_2.0"))
-        assert client.progress("run-1:step_2.0").total == 1
-        with pytest.raises(SchedulerAPIError) as unknown:
-            client.progress("run-1:step_3.0", outage_s=0)
-        assert unknown.value.status == 404
+def test_an_id_the_service_takes_is_sent_as_is(trainer: SchedulerClient) -> None:
+    trainer.schedule(batch_body(prompts=1, n=1, schedule_id="run-1:step_2.0"))
+    assert trainer.progress("run-1:step_2.0").total == 1
+    with pytest.raises(SchedulerAPIError) as unknown:
+        trainer.progress("run-1:step_3.0", outage_s=0)
+    assert unknown.value.status == 404
