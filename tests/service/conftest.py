@@ -54,6 +54,19 @@ def client(make_client: AppFactory) -> TestClient:
     return make_client()
 
 
+@pytest.fixture(scope="module")
+def module_app(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """One app without auth for a whole module, for the modules whose tests the app answers from the
+    request and Redis alone (a body refused, a count read), not from its own state since it started. An
+    app per test cost ~30 ms of CPU, most of such a test's (docs/experiments.md, apici58). Such a
+    module's ``client`` is this beside ``redis_client``: each test still starts on a flushed Redis."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("ROLLOUT_ALLOWED_HOSTS", "testserver")  # what ``testclient_host`` sets per test
+        settings = Settings(redis_url=redis_url, model_dir=str(tmp_path_factory.mktemp("models")))
+    with TestClient(create_app(settings), raise_server_exceptions=False) as app:
+        yield app
+
+
 @pytest.fixture
 def secured(make_client: AppFactory) -> TestClient:
     """An app with one trainer and one worker token."""

@@ -11,6 +11,14 @@ from fastapi.testclient import TestClient
 from tests.service.api.badinput import JSON_HEADERS, redis_snapshot
 from tests.service.api_helpers import actual_report, batch_body
 
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    what is refused is the body."""
+    return module_app
+
+
 PROBLEMS = "https://rollout-scheduler.dev/problems"
 
 

@@ -14,6 +14,13 @@ from tests.service.api.badinput import JSON_HEADERS, Body, redis_snapshot, set_a
 from tests.service.api_helpers import batch_body
 
 
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a refusal is the body's, and Redis is checked unchanged."""
+    return module_app
+
+
 def _drain_all(body: Body) -> None:
     for spec in body["inventory"]["workers"]:
         spec["drain"] = True

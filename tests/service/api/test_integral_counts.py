@@ -23,6 +23,14 @@ from fastapi.testclient import TestClient
 from scheduler.trace import parse_row
 from tests.service.api_helpers import actual_report, batch_body
 
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a count's reading is the body's."""
+    return module_app
+
+
 REPORT = actual_report(1, 2, 3)
 COUNTS = ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens")
 # a count's JSON text -> how the trace format and the API read it
