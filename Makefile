@@ -8,6 +8,12 @@ STAMP  := $(VENV)/.installed
 # processes) rather than compute, so 4 workers finish the suite sooner than 1 even on 2 cores (measured in
 # docs/experiments.md, "CI time"). `make test PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS ?= 4
+# Python may write bytecode in these commands whatever the environment says (PYTHONDONTWRITEBYTECODE):
+# pytest caches its rewrite of the test modules' asserts only where it may, and tests/rewrite_ahead.py
+# writes that cache once, before pytest's workers start, where each worker would otherwise rewrite all
+# ~670 modules itself (~12 CPU-s a worker; docs/experiments.md, collect58). Caches are in __pycache__
+# folders, which git ignores.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test lint typecheck pytest bench venv clean
 

@@ -16,6 +16,7 @@ from service.embedded import EmbeddedServer
 from service.ports import share_range
 from tests.collector_kept import collector_unfrozen
 from tests.logging_kept import logging_kept
+from tests.rewrite_ahead import is_xdist_controller, modules_to_rewrite, rewrite_ahead
 from tests.scope_costs import loadscope_longest_first
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
@@ -38,6 +39,14 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)  # set in xdist workers only
     if worker is not None:
         share_range(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``-n``, the test modules' asserts rewritten once into pytest's cache before the workers
+    start (``tests.rewrite_ahead``), where each worker would otherwise rewrite every one of them."""
+    if is_xdist_controller(session.config):
+        rewrite_ahead(session.config, modules_to_rewrite(session.config))
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where the plugin is absent
