@@ -71,8 +71,9 @@ def _python_files(path: Path) -> Iterator[Path]:
 
 def rewrite_ahead(config: pytest.Config, modules: Iterable[Path]) -> int:
     """Write pytest's cached rewrite of each of ``modules`` that has none up to date, over the host's
-    cores; the number written. Nothing where Python may not write bytecode, as pytest itself."""
-    if sys.dont_write_bytecode:
+    cores; the number written. Nothing where Python may not write bytecode, as pytest itself, nor
+    where pytest does not rewrite asserts (``--assert=plain``)."""
+    if sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
         return 0
     todo = [m for m in modules if _read_pyc(m, cached_pyc(m)) is None]
     cores = len(os.sched_getaffinity(0))

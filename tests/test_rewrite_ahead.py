@@ -1,5 +1,6 @@
 """Test modules rewritten ahead of pytest-xdist's workers are read back by pytest and explain a failing
-assert as pytest's own import would; nothing is written where Python may not write bytecode."""
+assert as pytest's own import would; nothing is written where Python may not write bytecode, nor where
+pytest does not rewrite asserts."""
 
 from __future__ import annotations
 
@@ -69,6 +70,16 @@ def test_nothing_is_written_where_python_may_not_write_bytecode(
     pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    one, *_ = _failing_modules(tmp_path, 1)
+    assert rewrite_ahead(pytestconfig, [one]) == 0
+    assert not cached_pyc(one).exists()
+
+
+def test_nothing_is_written_where_pytest_does_not_rewrite_asserts(
+    pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(pytestconfig.option, "assertmode", "plain")
     one, *_ = _failing_modules(tmp_path, 1)
     assert rewrite_ahead(pytestconfig, [one]) == 0
     assert not cached_pyc(one).exists()
