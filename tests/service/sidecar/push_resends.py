@@ -16,12 +16,11 @@ import redis
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.result import RESULT
 
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 KEPT_TTL_MS = 300  # ``kept_session``'s leases: real time, where the reaper passes outweigh the TTLs
 
 

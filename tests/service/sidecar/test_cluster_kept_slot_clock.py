@@ -19,14 +19,13 @@ from redis.exceptions import ClusterDownError, RedisClusterException
 
 from service.delivery import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S, reap_all
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, partly_served, serve, slot_of, unserve
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.result import RESULT
 
 pytestmark = pytest.mark.slow
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 TTL_S = 60.0  # real leases outlive the test on a loaded host; the give-up clock is the test's own
 BOUND_S = 2 * TTL_S + 2 * DEFAULT_INTERVAL_S  # two lease TTLs and two reaper passes (``resends.py``)
 

@@ -32,7 +32,7 @@ from redis.exceptions import (
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
 from service.delivery.reach import Reach
-from service.delivery.records import Lease, TrajectoryResult
+from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
@@ -43,8 +43,8 @@ from tests.service.sidecar.push_resends import (
     kept_lost_at,
     kept_on_a_hand_clock,
 )
+from tests.service.sidecar.result import RESULT
 
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 UNSERVED = {  # a slot not served now, as each way a cluster client learns it raises it
     "clusterdown": ClusterDownError("CLUSTERDOWN Hash slot not served"),
     "tryagain": TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),

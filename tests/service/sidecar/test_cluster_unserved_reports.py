@@ -17,14 +17,13 @@ import pytest
 
 from service.delivery import Delivery
 from service.delivery.outcomes import CompletionOutcome
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, serve, unserve
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.result import RESULT
 
 pytestmark = pytest.mark.slow
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 RETRYING = "redis unavailable during complete"  # the session's warning on a completion's first failure
 
 

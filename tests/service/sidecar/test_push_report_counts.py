@@ -24,7 +24,6 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
@@ -32,10 +31,8 @@ from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.old_release import PRE_FAILED, old_delivery
 from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish, run_until, tally
+from tests.service.sidecar.result import RESULT
 from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered, unanswered_session
-
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
-
 
 # (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in
 AFTER_THE_OUTAGE = {

@@ -21,13 +21,13 @@ from tests.service.sidecar.push_resends import (
     CLOCK_TTL_S,
     GIVE_UP_AT_S,
     REFUSED,
-    RESULT,
     HandClock,
     keep_refused,
     kept_lost_at,
     kept_on_a_hand_clock,
     kept_session,
 )
+from tests.service.sidecar.result import RESULT
 
 
 def test_a_kept_completion_refused_while_redis_answers_is_given_up_at_two_ttls_and_two_passes(

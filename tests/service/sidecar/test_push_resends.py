@@ -17,12 +17,10 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
-
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+from tests.service.sidecar.result import RESULT
 
 
 class _Down(Delivery):

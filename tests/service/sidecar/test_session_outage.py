@@ -19,13 +19,12 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.result import RESULT
 
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 RETRYING = "redis unavailable during complete"  # the session's warning on a completion's first failure
 
 
