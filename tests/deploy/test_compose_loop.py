@@ -25,33 +25,24 @@ import httpx
 import pytest
 import redis
 import typer
-import yaml
 
 from service.embedded import find_server_binary
 from service.ports import free_port
 from tests.deploy.aclfile_server import anonymous_ping
-from tests.deploy.test_compose_redis_users import redis_flags, write_aclfile
+from tests.deploy.compose_redis import compose_services, redis_flags, write_aclfile
 from tests.service.polling import poller
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = ROOT / "deploy" / "compose.yaml"
 EXAMPLE_BATCH = ROOT / "deploy" / "example-batch.json"
 CLI = (sys.executable, "-c", "from service.cli import main; main()")  # the console script, in this venv
 TIME_SCALE = "0.1"  # engine-sim runs 10x faster than the modelled H100/910B; nothing else changes
-
-
-def _services() -> dict[str, dict[str, Any]]:
-    """The compose services with ``${VAR:-default}`` resolved as a fresh ``up`` would."""
-    text = re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", COMPOSE.read_text())
-    services: dict[str, dict[str, Any]] = yaml.safe_load(text)["services"]
-    return services
 
 
 class Loop:
     """Redis plus every service of our image as local processes, with compose host names remapped."""
 
     def __init__(self, workdir: Path, cli: typer.Typer) -> None:
-        self.services = _services()
+        self.services = compose_services()
         self.cli = cli
         self.workdir = workdir
         self.ports = {name: free_port() for name in self.services}

@@ -20,7 +20,7 @@ import typer
 
 from service.delivery.acl import SIDECAR
 from tests.deploy.aclfile_server import aclfile_server
-from tests.deploy.test_compose_redis_users import _services, redis_flags, write_aclfile
+from tests.deploy.compose_redis import compose_services, redis_flags, write_aclfile
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 NEW = "rotated-sidecar-password"
@@ -72,7 +72,7 @@ def test_the_documented_compose_rotation_refuses_no_sidecar_on_the_way(
     commands = documented_commands()
     assert any("ACL LOAD" in c for c in commands)
     assert any(c.endswith("up -d") for c in commands)
-    services = _services()
+    services = compose_services()
     aclfile = write_aclfile(cli, services, tmp_path)
     with aclfile_server(aclfile, *redis_flags(services)) as port:
         rotation = _Rotation(cli, services, port, tmp_path)
@@ -83,5 +83,5 @@ def test_the_documented_compose_rotation_refuses_no_sidecar_on_the_way(
                 refused.append(command)
         rotation.admin.close()
         assert (refused, rotation.running_on, _logs_in(port, NEW)) == ([], NEW, True)
-        old = str(_services()["redis-users"]["environment"][SIDECAR.password_env])
+        old = str(compose_services()["redis-users"]["environment"][SIDECAR.password_env])
         assert not _logs_in(port, old), "the old password is gone once the rotation ends"

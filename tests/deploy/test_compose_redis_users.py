@@ -7,51 +7,20 @@ No container engine here: the one-shot runs through the CLI, the volume is a tem
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import typer
-import yaml
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from typer.testing import CliRunner
 
 from tests.deploy.aclfile_server import aclfile_server, anonymous_ping
+from tests.deploy.compose_redis import compose_services, redis_flags, write_aclfile
 
 NO_RETRY = Retry(NoBackoff(), 0)  # a refused login raises at once (``_client``'s docstring)
-COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 SIDECARS = ["sidecar-h100-0", "sidecar-h100-1", "sidecar-ascend-0", "sidecar-ascend-1"]
-
-
-def _services() -> dict[str, dict[str, Any]]:
-    """The compose services with ``${VAR:-default}`` resolved as a fresh ``up`` would."""
-    text = re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", COMPOSE.read_text())
-    services: dict[str, dict[str, Any]] = yaml.safe_load(text)["services"]
-    return services
-
-
-def write_aclfile(cli: typer.Typer, services: dict[str, dict[str, Any]], where: Path) -> Path:
-    """Run the ``redis-users`` one-shot as the file gives it, its output moved into ``where``."""
-    one_shot = services["redis-users"]
-    command = [str(arg) for arg in one_shot["command"]]
-    at = command.index("--output") + 1
-    command[at] = str(where / Path(command[at]).name)
-    env = {name: str(value) for name, value in one_shot["environment"].items()}
-    result = CliRunner().invoke(cli, command, env=env)
-    assert result.exit_code == 0, result.output
-    assert "is off" not in result.stderr, "every user of the loop gets a password"
-    return Path(command[at])
-
-
-def redis_flags(services: dict[str, dict[str, Any]]) -> list[str]:
-    """Redis's flags in the file after the binary, the aclfile left to ``aclfile_server``."""
-    flags = [str(arg) for arg in services["redis"]["command"][1:]]
-    at = flags.index("--aclfile")
-    return flags[:at] + flags[at + 2 :]
 
 
 def _login(services: dict[str, dict[str, Any]], name: str) -> tuple[str, str]:
@@ -64,7 +33,7 @@ def loop_redis(
     cli: typer.Typer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """The loop's Redis, started as compose starts it, and the compose services."""
-    services = _services()
+    services = compose_services()
     aclfile = write_aclfile(cli, services, tmp_path_factory.mktemp("compose-acl"))
     with aclfile_server(aclfile, *redis_flags(services)) as port:
         yield port, services
