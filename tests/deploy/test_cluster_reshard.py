@@ -13,15 +13,14 @@ already there and wrote keys that then blocked the move. These tests drive a res
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 import redis
-from redis.crc import key_slot
 
 from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
 from tests.cluster import LocalCluster
+from tests.deploy.reshard import Reshard
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
 
@@ -35,53 +34,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-@dataclass(frozen=True)
-class _Reshard:
-    """One slot moving from the master that holds it to another, step by step."""
-
-    cluster: LocalCluster
-    slot: int  # the schedule's hash slot
-    source: int  # port of the master holding it
-    target: int  # port of the master it moves to
-
-    @classmethod
-    def of(cls, cluster: LocalCluster, key: str) -> _Reshard:
-        """The move of ``key``'s slot from its master to the next one."""
-        slot = key_slot(key.encode())
-        with _node(cluster.nodes[0].port) as client:
-            owner = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-        ports = [node.port for node in cluster.nodes]
-        return cls(cluster, slot, owner, ports[(ports.index(owner) + 1) % len(ports)])
-
-    def open(self) -> None:
-        """IMPORTING on the target, then MIGRATING on the source: the slot is open."""
-        with _node(self.target) as target, _node(self.source) as source:
-            target.execute_command(
-                "CLUSTER", "SETSLOT", self.slot, "IMPORTING", source.execute_command("CLUSTER", "MYID")
-            )
-            source.execute_command(
-                "CLUSTER", "SETSLOT", self.slot, "MIGRATING", target.execute_command("CLUSTER", "MYID")
-            )
-
-    def move(self, keys: list[str] | None = None) -> None:
-        """MIGRATE ``keys`` (default: every key of the slot still on the source) to the target."""
-        with _node(self.source) as source:
-            keys = keys or source.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 10_000)
-            source.execute_command("MIGRATE", "127.0.0.1", self.target, "", 0, 5000, "KEYS", *keys)
-
-    def close(self) -> None:
-        """Every master assigns the slot to the target: the move is over."""
-        with _node(self.target) as target:
-            target_id = target.execute_command("CLUSTER", "MYID")
-        for node in self.cluster.nodes:
-            with _node(node.port) as client:
-                client.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
-
-
-def _node(port: int) -> redis.Redis:
-    return redis.Redis(port=port, decode_responses=True)
-
-
 def _assert_sound(delivery: Delivery, schedule_id: str) -> None:
     """The delivery suite's audit of the raw keys, through the cluster client (single-key reads)."""
     assert_sound(cast(Any, delivery.client), schedule_id)
@@ -93,7 +45,7 @@ def test_a_claim_while_its_slot_is_open_writes_nothing_and_its_items_are_claimed
     delivery = Delivery(cluster.client())
     delivery.publish(schedule("open", {"w": 3}))
     delivery.claim("open", "w", 1)  # a schedule in use: its first claim wrote P:seen, P:calls ...
-    reshard = _Reshard.of(cluster, delivery.keys("open").meta)
+    reshard = Reshard.of(cluster, delivery.keys("open").meta)
     reshard.open()
     with pytest.raises(redis.RedisError):  # refused until the slot settles (the client gave up first)
         delivery.claim("open", "w", 5)
@@ -109,7 +61,7 @@ def test_a_step_sent_on_to_the_new_master_before_the_whole_schedule_is_there_wai
     delivery = Delivery(cluster.client())
     delivery.publish(schedule("half", {"w": 2}))
     meta = delivery.keys("half").meta
-    reshard = _Reshard.of(cluster, meta)
+    reshard = Reshard.of(cluster, meta)
     reshard.open()
     reshard.move([meta])  # the declared key moved first: the client is sent on (ASK) to the target
     with pytest.raises(redis.RedisError):
@@ -124,7 +76,7 @@ def test_complete_and_claim_follows_its_schedule_to_the_master_it_moved_to(clust
     delivery = Delivery(cluster.client())
     delivery.publish(schedule("moved", {"w": 3}))
     (lease,) = delivery.claim("moved", "w", 1)
-    reshard = _Reshard.of(cluster, delivery.keys("moved").meta)
+    reshard = Reshard.of(cluster, delivery.keys("moved").meta)
     reshard.open()
     reshard.move()
     reshard.close()  # the client's slot map still names the old master: its pipeline is answered MOVED

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 from service.delivery.acl import SERVICE, SIDECAR, Role
 from tests.cluster import LocalCluster
 from tests.deploy.acl_loop import PASSWORDS, apply_lines, generated_lines
-from tests.deploy.test_cluster_reshard import _Reshard
+from tests.deploy.reshard import Reshard
 
 KEY = "rs:{reshard}:meta"  # a key of one schedule's slot, under the users' prefix
 
@@ -43,7 +43,7 @@ def test_a_user_follows_an_ask_redirect_while_its_keys_slot_moves(
     client = RedisCluster(
         host="127.0.0.1", port=local.nodes[0].port, username=role.default_user, password=password
     )
-    reshard = _Reshard.of(local, KEY)
+    reshard = Reshard.of(local, KEY)
     reshard.open()
     try:
         # Not on the source (never written): the source answers ASK, the client asks the target.
