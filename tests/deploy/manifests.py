@@ -103,3 +103,13 @@ def expanded_args(container: Doc, env: Mapping[str, str]) -> list[str]:
     """The container's args as its process receives them."""
     args: Sequence[str] = container["args"]
     return [expand(arg, env) for arg in args]
+
+
+def serve_startup_window_s() -> int:
+    """How long Kubernetes lets ``serve`` start (load the predictor history) before liveness counts.
+
+    The image's HEALTHCHECK and compose's ``start_period`` must each give it as long (the Dockerfile
+    and compose tests).
+    """
+    probe = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["startupProbe"]
+    return int(probe["periodSeconds"]) * int(probe["failureThreshold"])

@@ -23,6 +23,7 @@ from service.delivery.acl import DEFAULT_PASSWORD_ENV, SERVICE, SIDECAR, Role
 from service.settings import unknown_variables
 from tests.deploy.cliargs import CommandLineError, option_envvars, parse_cli
 from tests.deploy.fleetsettings import not_the_default, serve_settings, undecided
+from tests.deploy.manifests import serve_startup_window_s
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 EXAMPLE_BATCH = COMPOSE.with_name("example-batch.json")  # the batch README "Deploy" posts
@@ -317,8 +318,6 @@ def test_the_service_health_check_lets_it_load_its_history_as_the_k8s_startup_pr
 ) -> None:
     """A check failed inside ``start_period`` does not count; past it, serve still loading its
     history would be marked unhealthy and ``docker compose up --wait`` would give up on it."""
-    from tests.deploy.test_dockerfile import serve_startup_window_s
-
     for name, svc in _ours(services, "serve").items():
         assert _seconds(svc["healthcheck"]["start_period"]) >= serve_startup_window_s(), name
 

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 
 from tests.deploy.cliargs import parse_cli
 from tests.deploy.dockerfile import DockerIgnore, Instruction, read_dockerfile, stages
-from tests.deploy.manifests import IMAGE, containers_of, find_one, pod_spec, workloads
+from tests.deploy.manifests import IMAGE, pod_spec, serve_startup_window_s, workloads
 from tests.deploy.pins import CONSTRAINTS, read_pins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,12 +110,6 @@ def test_the_health_check_runs_a_script_the_image_contains() -> None:
     assert check[0] == "CMD"
     script = next(arg for arg in check if arg.endswith(".py"))
     assert script in {dest for _, dest in _context_copies()}
-
-
-def serve_startup_window_s() -> int:
-    """How long Kubernetes lets ``serve`` start (load the predictor history) before liveness counts."""
-    probe = containers_of(find_one("Deployment", "rollout-scheduler"))["service"]["startupProbe"]
-    return int(probe["periodSeconds"]) * int(probe["failureThreshold"])
 
 
 def test_the_health_check_lets_serve_load_its_history_as_the_k8s_startup_probe_does() -> None:
