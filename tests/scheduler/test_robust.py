@@ -24,36 +24,18 @@ from scheduler.policies.robust import (
     spreads,
 )
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-
-POOL = Inventory(tuple(Worker(f"h100-{i}", device_profile("H100")) for i in range(4)), model_preset("7b"))
-LONG, SHORT = 4, 396  # as on math100: four long-predicted trajectories, the rest short
-
-
-def _batch(short_spread: float) -> tuple[Trajectory, ...]:
-    """Long ones predicted at 3,000 tokens, sure of it; short ones at 500, p90 at ``short_spread`` x."""
-    long = [Trajectory(f"L{i}", 0, 300, 4_096, 3_000.0, {0.5: 3_000.0, 0.9: 3_100.0}) for i in range(LONG)]
-    quantiles = {0.5: 500.0, 0.9: 500.0 * short_spread}
-    short = [Trajectory(f"S{i}", 0, 300, 4_096, 500.0, quantiles) for i in range(SHORT)]
-    return (*long, *short)
-
-
-def _problem(batch: tuple[Trajectory, ...]) -> Problem:
-    return build_problem(PlanRequest(batch, POOL, kv_admission=True))
-
-
-CROWDED = ((0, 1), (2,), (3,), tuple(range(LONG, LONG + SHORT)))  # the long ones apart, the rest on one
-EVEN = tuple(tuple(range(w, LONG + SHORT, 4)) for w in range(4))  # a hundred each, long ones spread
+from tests.scheduler.long_and_short import CROWDED, EVEN, long_and_short, problem_of
 
 
 def test_without_a_p90_for_every_trajectory_there_is_nothing_to_draw_from() -> None:
-    batch = _batch(2.0)
+    batch = long_and_short(2.0)
     assert spreads(batch) is not None
     assert spreads((*batch[:-1], Trajectory("x", 0, 10, 100, 50.0, {0.5: 50.0}))) is None
     assert spreads((*batch[:-1], Trajectory("x", 0, 10, 100, 50.0))) is None
 
 
 def test_a_trajectory_without_a_p90_past_the_first_block_read_still_leaves_nothing_to_draw_from() -> None:
-    batch = _batch(2.0) * 3  # 1,200: blocks of GIVE_UP_EVERY
+    batch = long_and_short(2.0) * 3  # 1,200: blocks of GIVE_UP_EVERY
     assert spreads((*batch[:1_000], Trajectory("x", 0, 10, 100, 50.0, {0.5: 50.0}), *batch[1_000:])) is None
 
 
@@ -76,15 +58,15 @@ def test_the_spreads_are_each_trajectory_s_median_cap_and_scalar_sigma_to_the_bi
 def test_int_quantiles_get_the_scalar_sigma_of_their_exact_ratio() -> None:
     p50, p90 = 279105623889470349339705, 3958810827278571503967862  # past 2**53: as floats, another ratio
     assert sigma_through(p50, p90) != sigma_through(float(p50), float(p90))
-    batch = (*_batch(2.0)[:3], Trajectory("x", 0, 10, 100, 50.0, {0.5: p50, 0.9: p90}))
+    batch = (*long_and_short(2.0)[:3], Trajectory("x", 0, 10, 100, 50.0, {0.5: p50, 0.9: p90}))
     spread = spreads(batch)
     assert spread is not None
     assert spread[1][-1] == sigma_through(p50, p90)
 
 
 def test_with_no_spread_every_draw_is_the_prediction_and_the_shorter_plan_wins() -> None:
-    batch = _batch(1.0)
-    problem, spread = _problem(batch), spreads(batch)
+    batch = long_and_short(1.0)
+    problem, spread = problem_of(batch), spreads(batch)
     assert spread is not None
     costs, prompts, steps = problem.costs, problem.prompts, problem.steps
     finishes = [max(queue_finishes(costs, prompts, steps, q, True)) for q in (CROWDED, EVEN)]
@@ -93,8 +75,8 @@ def test_with_no_spread_every_draw_is_the_prediction_and_the_shorter_plan_wins()
 
 
 def test_a_crowded_worker_is_the_worse_bet_when_any_short_trajectory_may_run_long() -> None:
-    batch = _batch(3.0)
-    problem, spread = _problem(batch), spreads(batch)
+    batch = long_and_short(3.0)
+    problem, spread = problem_of(batch), spreads(batch)
     assert spread is not None
     deadline = time.perf_counter() + 60
     assert least_expected(problem, (CROWDED, EVEN), spread, True, 0, deadline) == 1
@@ -102,14 +84,14 @@ def test_a_crowded_worker_is_the_worse_bet_when_any_short_trajectory_may_run_lon
 
 
 def test_no_choice_is_made_when_the_draws_would_not_fit_the_deadline() -> None:
-    batch = _batch(3.0)
-    problem, spread = _problem(batch), spreads(batch)
+    batch = long_and_short(3.0)
+    problem, spread = problem_of(batch), spreads(batch)
     assert spread is not None
     assert least_expected(problem, (CROWDED, EVEN), spread, True, 0, time.perf_counter()) is None
 
 
 def test_the_draws_as_one_array_are_the_successive_draws_of_the_same_generator() -> None:
-    spread = spreads(_batch(3.0))
+    spread = spreads(long_and_short(3.0))
     assert spread is not None
     one_by_one = np.random.default_rng(7)
     expected = [draw_steps(spread, one_by_one) for _ in range(5)]

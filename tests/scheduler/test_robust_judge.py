@@ -9,7 +9,7 @@ from scheduler import clock
 from scheduler.finish import worker_finish
 from scheduler.finish_draws import estimated_finishes, longest_alone
 from scheduler.policies.robust import SLACK, baseline, judged, least_expected, spreads
-from tests.scheduler.test_robust import CROWDED, EVEN, _batch, _problem
+from tests.scheduler.long_and_short import CROWDED, EVEN, long_and_short, problem_of
 
 SPREAD = 2.0  # the short ones' p90 over p50: some drawn short one runs ~5x its prediction
 
@@ -19,8 +19,8 @@ def test_a_queue_in_waves_ends_no_sooner_than_its_longest_drawn_item_alone_which
 ):
     # 396 short ones on one worker run in waves; its estimate scales the planned finish by the
     # drawn work, but the finish waits for the one that drew longest, run after the waves before it
-    batch = _batch(SPREAD)
-    problem, spread = _problem(batch), spreads(batch)
+    batch = long_and_short(SPREAD)
+    problem, spread = problem_of(batch), spreads(batch)
     assert spread is not None
     draws = baseline(problem, EVEN, spread, True, 0, deadline=float("inf")).draws
     points = tuple(problem.finishes(CROWDED, True))
@@ -51,8 +51,8 @@ def test_a_plan_whose_crowded_queue_ends_with_one_long_drawn_item_is_judged_as_i
     # the estimates of the crowded queue are 1.1-2x short of its plays: at SPREAD, judged on them,
     # it looked the better bet on every seed while every play of it says the spread plan is; at
     # 1.5 it is the better bet, and still chosen
-    batch = _batch(short_spread)
-    problem, spread = _problem(batch), spreads(batch)
+    batch = long_and_short(short_spread)
+    problem, spread = problem_of(batch), spreads(batch)
     assert spread is not None
     points = tuple(problem.finishes(CROWDED, True))
     with clock.frozen():
