@@ -13,11 +13,11 @@ import threading
 import pytest
 
 from scheduler.policies import sat_watch
-from tests.scheduler.test_sat_watch_raises import WAIT_S, _Clock, _Stopped
+from tests.scheduler.watched_solves import WAIT_S, DeadlineClock, StopRecorder
 
 
-class _Counted(_Clock):
-    """``_Clock`` raising off the registering thread, counting those readings."""
+class _Counted(DeadlineClock):
+    """``DeadlineClock`` raising off the registering thread, counting those readings."""
 
     def __init__(self) -> None:
         super().__init__(raises=True)
@@ -32,12 +32,12 @@ class _Counted(_Clock):
 def test_a_registration_whose_clock_raises_is_handed_back_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    broken, fine = _Clock(raises=True), _Clock()
+    broken, fine = DeadlineClock(raises=True), DeadlineClock()
     broken.owner = -1  # raises on this thread too
-    fine_solver = _Stopped()
+    fine_solver = StopRecorder()
     with caplog.at_level(logging.ERROR, logger=sat_watch.__name__):
         wait_s, failed = sat_watch._stopped_past(
-            [(7, (_Stopped(), 1.0, broken)), (8, (fine_solver, 1.0, fine))]
+            [(7, (StopRecorder(), 1.0, broken)), (8, (fine_solver, 1.0, fine))]
         )
     assert failed == [7]
     assert wait_s == min(sat_watch.POLL_S, 1.0)
@@ -50,9 +50,9 @@ def test_a_registration_whose_clock_raises_is_handed_back_and_logged(
 def test_a_registration_whose_clock_raised_is_not_read_again() -> None:
     watch = sat_watch._WATCH  # the shared one: a watch of its own would leave a second "cpsat-watch"
     bad_wall = _Counted()
-    with watch.watching(_Stopped(), 1.0, bad_wall):
+    with watch.watching(StopRecorder(), 1.0, bad_wall):
         assert bad_wall.raised.wait(WAIT_S)
-        solver, wall = _Stopped(), _Clock()
+        solver, wall = StopRecorder(), DeadlineClock()
         wall.passed.set()
         with watch.watching(solver, 1.0, wall):  # read at once: the watch is told of it
             assert solver.stopped.wait(WAIT_S)
@@ -60,7 +60,7 @@ def test_a_registration_whose_clock_raised_is_not_read_again() -> None:
 
 
 def test_a_solve_past_its_deadline_is_stopped_and_the_next_reading_waits_the_poll() -> None:
-    solver, wall = _Stopped(), _Clock()
+    solver, wall = StopRecorder(), DeadlineClock()
     wall.passed.set()  # 2.0, a second past its deadline
     wait_s, failed = sat_watch._stopped_past([(1, (solver, 1.0, wall))])
     assert solver.stopped.is_set()
