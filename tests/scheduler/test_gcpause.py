@@ -15,6 +15,7 @@ from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.policies.problem import build_problem
 from scheduler.validation import validate_request
+from tests.scheduler.cycles import Cycle
 
 
 def test_the_collector_is_held_inside_and_enabled_again_after() -> None:
@@ -126,13 +127,6 @@ def test_a_pause_that_begins_as_another_ends_never_leaves_the_collector_disabled
         gc.enable()
 
 
-class _Cycle:
-    """An object that refers to itself: only the cycle collector frees it."""
-
-    def __init__(self) -> None:
-        self.me = self
-
-
 def test_pauses_that_overlap_without_a_gap_still_collect_once_enough_is_left_uncollected() -> None:
     """Plans overlapping without end (a busy replica's slots) held the collector for good: the count
     never fell to zero. Now a pause that ends under another, once ``MAX_PENDING`` objects are left
@@ -149,14 +143,14 @@ def test_pauses_that_overlap_without_a_gap_still_collect_once_enough_is_left_unc
     try:
         with collector_paused():  # one plan always running ...
             with collector_paused():  # ... another ends below the bound: no collection
-                _Cycle()
+                Cycle()
             before = list(collections)
-            litter = [_Cycle() for _ in range(gcpause.MAX_PENDING)]
+            litter = [Cycle() for _ in range(gcpause.MAX_PENDING)]
             del litter  # the list is freed; its cycles wait for the collector
             with collector_paused():  # ... and one ends above it
                 pass
             held = not gc.isenabled()
-            alive = sum(isinstance(o, _Cycle) for o in gc.get_objects())
+            alive = sum(isinstance(o, Cycle) for o in gc.get_objects())
     finally:
         gc.callbacks.remove(count)
         gc.enable()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from scheduler import gcpause
 from scheduler.gcpause import collector_paused
-from tests.scheduler.test_gcpause import _Cycle
+from tests.scheduler.cycles import Cycle
 
 
 @contextlib.contextmanager
@@ -42,7 +42,7 @@ def _collections(enabled: bool) -> Iterator[list[int]]:
 def test_overlapping_pauses_under_a_collector_the_caller_disabled_never_collect() -> None:
     with _collections(enabled=False) as collections:
         with collector_paused():  # one plan always running ...
-            litter = [_Cycle() for _ in range(gcpause.MAX_PENDING)]
+            litter = [Cycle() for _ in range(gcpause.MAX_PENDING)]
             del litter  # past the bound: a collector enabled before would collect now
             with collector_paused():  # ... and one ends above it
                 pass
@@ -53,7 +53,7 @@ def test_overlapping_pauses_under_a_collector_the_caller_disabled_never_collect(
 def test_the_last_pause_to_end_enables_the_collector_and_runs_no_full_collection_of_its_own() -> None:
     with _collections(enabled=True) as collections:
         with collector_paused():  # a lone pause, past the bound as it ends
-            litter = [_Cycle() for _ in range(gcpause.MAX_PENDING)]
+            litter = [Cycle() for _ in range(gcpause.MAX_PENDING)]
             del litter
         at_its_end, enabled = list(collections), gc.isenabled()
     assert (2 in at_its_end, enabled) == (False, True)
