@@ -22,12 +22,12 @@ from scheduler.policies.robust import spreads
 from scheduler.policies.robust_order import JUDGE_COST, WAVES_WEIGHT, judge_item_s, robust_orders
 from scheduler.types import Inventory, PlanRequest, Trajectory
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_stage
-from tests.scheduler.test_robust_order import _request
+from tests.scheduler.small_cache import small_cache_request
 
 
 def _one_h100() -> PlanRequest:
     """flaky53's batch: 128 items on one H100 whose cache runs them in waves, 10 s to plan."""
-    return dataclasses.replace(_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
+    return dataclasses.replace(small_cache_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
 
 
 @pytest.mark.parametrize("policy", ["lpt", "cpsat"])
@@ -66,7 +66,7 @@ def test_queues_the_lpt_start_ran_at_once_keep_the_flat_price(
     queue at once (a band plan's queues after the search) its phase did none of the hedge's kind of
     work, and the whole is priced at ``JUDGE_COST`` (40) phases, 0.4 s: nothing is drawn. Where
     the start ordered all 128 in waves, 4 phases, 40 ms: the hedge draws its lengths."""
-    request = _request(128, 1.6, 40_000, seed=7)
+    request = small_cache_request(128, 1.6, 40_000, seed=7)
     worker = request.inventory.workers[0]
     inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
     problem = build_problem(dataclasses.replace(request, inventory=inventory))

@@ -26,20 +26,7 @@ from scheduler.sim_ledger import Ledger
 from scheduler.sim_rules import engine_rules
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase
-
-CAP = 8_192
-
-
-def _request(items: int, spread: float, kv_capacity: int, seed: int) -> PlanRequest:
-    """One H100 with a small cache; medians spread over the cap's range, p90 ``spread`` x the median."""
-    rng = np.random.default_rng(seed)
-    batch = []
-    for i in range(items):
-        median = float(rng.uniform(0.2, 0.97)) * CAP
-        quantiles = {0.5: median, 0.9: min(float(CAP), median * spread)}
-        batch.append(Trajectory(f"p{i}", 0, 200, CAP, median, quantiles))
-    worker = Worker("h100-0", device_profile("H100"), kv_capacity_tokens=kv_capacity)
-    return PlanRequest(tuple(batch), Inventory((worker,), model_preset("7b")), kv_admission=True)
+from tests.scheduler.small_cache import CAP, small_cache_request
 
 
 def _point_best(problem: Problem) -> tuple[list[int], float]:
@@ -61,13 +48,13 @@ def _hedge(request: PlanRequest, order: list[int], finish: float) -> tuple[list[
 
 
 def test_with_no_spread_every_draw_is_the_prediction_and_the_point_best_order_stays() -> None:
-    request = _request(128, 1.0, 150_000, seed=0)
+    request = small_cache_request(128, 1.0, 150_000, seed=0)
     order, finish = _point_best(build_problem(request))
     assert _hedge(request, order, finish) == (order, finish)
 
 
 def test_when_lengths_may_run_far_past_their_predictions_it_takes_the_order_that_ends_sooner() -> None:
-    request = _request(128, 1.6, 300_000, seed=7)
+    request = small_cache_request(128, 1.6, 300_000, seed=7)
     problem = build_problem(request)
     order, finish = _point_best(problem)
     sooner = shortest_first(problem, order, problem.costs[0])
@@ -85,7 +72,7 @@ def test_when_lengths_may_run_far_past_their_predictions_it_takes_the_order_that
 
 
 def test_a_queue_that_runs_at_once_is_left_in_its_order() -> None:
-    request = _request(8, 1.6, 1_000_000, seed=1)
+    request = small_cache_request(8, 1.6, 1_000_000, seed=1)
     problem = build_problem(request)
     order = list(range(8))[::-1]
     finish = _finish(problem, order)
@@ -93,7 +80,7 @@ def test_a_queue_that_runs_at_once_is_left_in_its_order() -> None:
 
 
 def test_nothing_is_hedged_once_the_deadline_has_passed() -> None:
-    request = _request(128, 1.6, 300_000, seed=7)
+    request = small_cache_request(128, 1.6, 300_000, seed=7)
     problem = build_problem(request)
     order, finish = _point_best(problem)
     placement = Placement(((*order,),), finish_s=(finish,))
@@ -102,7 +89,7 @@ def test_nothing_is_hedged_once_the_deadline_has_passed() -> None:
 
 
 def test_without_quantiles_on_every_trajectory_the_placement_is_returned_as_it_is() -> None:
-    request = _request(128, 1.6, 300_000, seed=7)
+    request = small_cache_request(128, 1.6, 300_000, seed=7)
     plain = Trajectory("x", 0, 200, CAP, 500.0)  # no quantiles
     bare = PlanRequest((*request.trajectories[:-1], plain), request.inventory, kv_admission=True)
     problem = build_problem(bare)
@@ -113,7 +100,7 @@ def test_without_quantiles_on_every_trajectory_the_placement_is_returned_as_it_i
 
 
 def test_the_choice_is_the_same_for_the_same_seed() -> None:
-    request = _request(128, 1.6, 300_000, seed=7)
+    request = small_cache_request(128, 1.6, 300_000, seed=7)
     order, finish = _point_best(build_problem(request))
     assert _hedge(request, order, finish) == _hedge(request, order, finish)
 
@@ -124,7 +111,7 @@ def test_lpt_and_cpsat_both_return_the_hedged_order() -> None:
     pace is known: at ``JUDGE_COST`` (40), an lpt phase of 0.245 s (9.8 s left / 40, a stall on a
     loaded host) skipped it, and cpsat then returned its searched order unhedged; with the lpt start
     in waves it is now 4 phases (``judge_item_s``, test_hedge_priced_by_waves.py)."""
-    request = dataclasses.replace(_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
+    request = dataclasses.replace(small_cache_request(128, 1.6, 300_000, seed=7), time_budget_s=10.0)
     problem = build_problem(request)
     order, _ = _point_best(problem)
     hedged_keys = [request.trajectories[i].key for i in shortest_first(problem, order, problem.costs[0])]
@@ -138,7 +125,7 @@ def _two_queues_in_waves(
 ) -> tuple[Problem, tuple[tuple[int, ...], ...], ManualClock]:
     """Two H100s with small caches, 32 and 96 items in waves, on a fake clock where a play of a
     queue on a draw takes 1 ms an item."""
-    request = _request(128, 1.6, 40_000, seed=7)
+    request = small_cache_request(128, 1.6, 40_000, seed=7)
     worker = request.inventory.workers[0]
     inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
     problem = build_problem(dataclasses.replace(request, inventory=inventory))
@@ -160,7 +147,7 @@ def test_a_hedge_whose_queues_cannot_all_be_judged_in_the_time_left_stops_before
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     problem, queues, fake = _two_queues_in_waves(monkeypatch)
-    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    spread = spreads(small_cache_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
     finishes = tuple(problem.finishes(queues, True))
     # judging the 32-item queue takes 64 ms (two orders); the 96-item one would take 192 ms more
@@ -181,7 +168,7 @@ def test_before_its_own_pace_is_known_the_hedge_is_priced_in_lpt_phases(
     (``judge_item_s``), 4 s, so with 3.5 s left after the lpt phase no queue is judged, with 4.5 s
     they are. The first queue used to be judged unpriced: after the search, a 640-item queue (61 ms)
     with 5 ms left ended a 4,096 x 32 plan at 308 ms of 250."""
-    request = _request(128, 1.6, 40_000, seed=7)
+    request = small_cache_request(128, 1.6, 40_000, seed=7)
     worker = request.inventory.workers[0]
     inventory = Inventory((worker, dataclasses.replace(worker, worker_id="h100-1")), request.inventory.model)
     request = dataclasses.replace(request, inventory=inventory, time_budget_s=budget_s)
@@ -235,7 +222,7 @@ def test_the_highest_p90_order_is_played_only_where_the_draws_outlive_the_predic
     # ungated (a third candidate on every queue in waves, judged on one draw) it moved the long
     # chain-of-thought headline 3,008.3 -> 3,016.7 s (the trace before the 2026-12-04 generator refit):
     # there no single drawn item outlasts the plan
-    request = _wide_request() if wide else _request(64, 1.6, 40_000, seed=7)
+    request = _wide_request() if wide else small_cache_request(64, 1.6, 40_000, seed=7)
     problem, spread = build_problem(request), spreads(request.trajectories)
     assert spread is not None
     order = list(range(64))
@@ -263,7 +250,7 @@ def test_the_draws_are_played_by_the_request_s_engine_under_vllm_admission_by_v0
     """The hedge judges orders by how the engine the plan is played on runs the draws: V1 evicts
     without losing output. Under projected peak V0's rules stay (V1's measured no gain there:
     ``robust_order.draw_rules``)."""
-    request = dataclasses.replace(_request(128, 1.6, 100_000, seed=7), kv_admission=False)
+    request = dataclasses.replace(small_cache_request(128, 1.6, 100_000, seed=7), kv_admission=False)
     v0, v1 = build_problem(request), build_problem(dataclasses.replace(request, engine="vllm-v1"))
     spread = spreads(request.trajectories)
     assert spread is not None
@@ -287,7 +274,7 @@ def test_a_hedge_priced_past_its_deadline_draws_nothing_and_plays_no_screen_firs
     drawn item of every queue alone), which it made first, unpriced, only to give up at its first
     queue."""
     problem, queues, fake = _two_queues_in_waves(monkeypatch)
-    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    spread = spreads(small_cache_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
     finishes = tuple(problem.finishes(queues, True))
     screened = count_calls(monkeypatch, robust_order, "outlived")
@@ -304,7 +291,7 @@ def test_the_hedge_is_priced_whole_and_one_that_fits_its_time_exactly_is_drawn(
     at 0.1 s a phase one item (31 ms) fits but the whole (4 s) does not, and nothing is drawn; at 5 ms
     the whole is 0.2 s, the time left exactly, and the hedge draws its lengths."""
     problem, queues, _ = _two_queues_in_waves(monkeypatch)
-    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    spread = spreads(small_cache_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
     finishes = tuple(problem.finishes(queues, True))
     robust_orders(problem, queues, finishes, spread, True, 0, 0.2, lpt_phase_s=lpt_phase_s)
@@ -316,7 +303,7 @@ def test_the_hedge_judges_each_order_on_the_plans_own_rows(monkeypatch: pytest.M
     and the other judgments read: read from the plan, not drawn again a row at a time from the seed,
     and the plan's rows drawn in one block with its screen's (``_spread_keys``)."""
     problem, queues, _ = _two_queues_in_waves(monkeypatch)
-    spread = spreads(_request(128, 1.6, 40_000, seed=7).trajectories)
+    spread = spreads(small_cache_request(128, 1.6, 40_000, seed=7).trajectories)
     assert spread is not None
     played_on: list[Any] = []
     judged = robust_order.drawn_finish
