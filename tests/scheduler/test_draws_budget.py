@@ -26,7 +26,7 @@ from scheduler.policies.blindbar import Blind
 from scheduler.policies.robust import baseline, judged
 from scheduler.policies.round_robin import RoundRobinPolicy
 from tests.scheduler.fake_clock import ManualClock
-from tests.scheduler.test_robust_budget import REQUEST, _lpt_plan, _points
+from tests.scheduler.quantiled_bench import REQUEST, lpt_plan, point_finishes
 
 
 def _taking(
@@ -49,10 +49,10 @@ def _taking(
 
 
 def _bar_case() -> tuple[Any, ...]:
-    problem, spread, queues = _lpt_plan(REQUEST)
+    problem, spread, queues = lpt_plan(REQUEST)
     blinds = [RoundRobinPolicy().plan(REQUEST, problem).queues]
     draws = robust.draw_matrix(spread, np.random.default_rng(0), robust.SAMPLES)
-    return problem, queues, _points(problem, queues, False), blinds, draws
+    return problem, queues, point_finishes(problem, queues, False), blinds, draws
 
 
 @pytest.mark.parametrize(("slower", "deadline"), [(False, 5.0), (True, 10.0)])
@@ -87,7 +87,7 @@ def test_the_robust_choice_does_not_start_a_play_it_cannot_end_by_the_deadline(
     # a plan in waves against itself: the estimates settle nothing, so cells are played, each 1 s,
     # a draw's share of the plan's plays (1 s over 32 draws) priced; the estimates leave 0.01 s
     request = dataclasses.replace(REQUEST, kv_admission=True)
-    problem, spread, queues = _lpt_plan(request)
+    problem, spread, queues = lpt_plan(request)
     crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
     with clock.frozen():
         base = baseline(problem, crowded, spread, True, 0, deadline=0.0)
@@ -102,14 +102,14 @@ def test_the_robust_choice_does_not_start_a_play_it_cannot_end_by_the_deadline(
         replayed(*args)
 
     monkeypatch.setattr(robust, "replay_cells", play)
-    assert judged(problem, crowded, base, True, 1.0, _points(problem, crowded, True)) is None
+    assert judged(problem, crowded, base, True, 1.0, point_finishes(problem, crowded, True)) is None
     assert fake.seconds <= 1.0
 
 
 def _screen_case() -> tuple[Any, ...]:
     """The bar's inputs for lpt's plan of ``REQUEST`` against round robin's, every blind plan built."""
-    problem, spread, queues = _lpt_plan(REQUEST)
-    placement = Placement(queues, "FALLBACK_LPT", finish_s=_points(problem, queues, False))
+    problem, spread, queues = lpt_plan(REQUEST)
+    placement = Placement(queues, "FALLBACK_LPT", finish_s=point_finishes(problem, queues, False))
     dealt = RoundRobinPolicy().plan(REQUEST, problem).queues
     finishes = tuple(problem.finishes(dealt, False))
     return problem, spread, placement, Blind(dealt, finishes, ((dealt, finishes),))

@@ -18,7 +18,6 @@ from scheduler.planner import plan
 from scheduler.policies import bandsearch, robust, robust_order
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
-from scheduler.policies.lpt import lpt_start
 from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.policies.robust import (
@@ -29,25 +28,10 @@ from scheduler.policies.robust import (
     completed,
     judged,
     least_expected,
-    spreads,
 )
 from scheduler.stepsum import FloatArray
-from scheduler.types import PlanRequest
 from tests.scheduler.fake_clock import ManualClock, count_calls, slow_lpt_phase
-
-
-def _with_quantiles(request: PlanRequest, ratio: float) -> PlanRequest:
-    """``request`` with every trajectory's p50 its prediction and p90 ``ratio`` times that."""
-    batch = tuple(
-        dataclasses.replace(
-            t, quantiles={0.5: t.predicted_tokens, 0.9: min(t.predicted_tokens * ratio, t.max_new_tokens)}
-        )
-        for t in request.trajectories
-    )
-    return dataclasses.replace(request, trajectories=batch)
-
-
-REQUEST = _with_quantiles(bench_request(1_024, 16, seed=0, time_budget_s=10.0), 1.2)
+from tests.scheduler.quantiled_bench import REQUEST, lpt_plan, point_finishes, with_quantiles
 
 
 def _slow_draws(monkeypatch: pytest.MonkeyPatch, fake: ManualClock, per_draw_s: float) -> None:
@@ -63,18 +47,11 @@ def _slow_draws(monkeypatch: pytest.MonkeyPatch, fake: ManualClock, per_draw_s: 
     monkeypatch.setattr(robust, "makespans", timed)
 
 
-def _lpt_plan(request: PlanRequest) -> tuple[Problem, Spread, tuple[tuple[int, ...], ...]]:
-    """``request``'s problem, the spread of its quantiles and its lpt plan's queues."""
-    problem, spread = build_problem(request), spreads(request.trajectories)
-    assert spread is not None
-    return problem, spread, lpt_start(problem, request.kv_admission, float("inf"), False)[1]
-
-
 def _lpt_on_slow_draws(
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[Problem, Spread, tuple[tuple[int, ...], ...], ManualClock]:
     """``REQUEST``'s problem, spread and lpt queues, on a fake clock where a draw of a plan takes 10 ms."""
-    problem, spread, queues = _lpt_plan(REQUEST)
+    problem, spread, queues = lpt_plan(REQUEST)
     fake = ManualClock()
     monkeypatch.setattr(clock, "now", fake.now)
     _slow_draws(monkeypatch, fake, 0.01)
@@ -118,7 +95,7 @@ def test_a_plan_whose_draws_would_end_past_the_deadline_is_not_judged(
 ) -> None:
     problem, spread, queues, fake = _lpt_on_slow_draws(monkeypatch)
     base = baseline(problem, queues, spread, False, 0, deadline=100.0)  # 32 draws: 0.32 s a plan
-    points = _points(problem, queues, False)
+    points = point_finishes(problem, queues, False)
     # the lpt plan's 28 draws still to play (0.28 s) and this plan's 32 (0.32 s)
     assert judged(problem, queues, base, False, fake.seconds + 0.55, points) is None
     assert judged(problem, queues, base, False, fake.seconds + 0.65, points) is True  # ties: the plan
@@ -135,14 +112,14 @@ def test_the_lpt_plan_is_played_on_every_draw_only_when_a_plan_that_differs_is_j
 
 
 def test_on_a_frozen_clock_the_choice_is_the_one_over_every_draw() -> None:
-    problem, spread, lpt_queues = _lpt_plan(REQUEST)
+    problem, spread, lpt_queues = lpt_plan(REQUEST)
     crowded = [[u for q in lpt_queues for u in q]] + [[] for _ in lpt_queues[1:]]
     with clock.frozen():
         base = baseline(problem, lpt_queues, spread, False, 3, deadline=0.0)
         assert len(base.draws) == SAMPLES
         for queues in (crowded, list(reversed(lpt_queues))):
             chosen = least_expected(problem, (queues, lpt_queues), spread, False, 3, deadline=0.0)
-            points = _points(problem, queues, False)
+            points = point_finishes(problem, queues, False)
             assert judged(problem, queues, base, False, 0.0, points) is (chosen == 0)
 
 
@@ -160,18 +137,13 @@ def test_queues_in_waves_are_told_apart_in_one_pass_as_one_by_one() -> None:
     assert any(robust_order._in_waves(problem, tuple(tuple(q) for q in crowded), True))
 
 
-def _points(problem: Problem, queues: Sequence[Sequence[int]], reserve: bool) -> tuple[float, ...]:
-    """Each worker's point finish, as the search reports it with its plan."""
-    return tuple(problem.finishes(queues, reserve))
-
-
 def test_a_plan_in_waves_is_judged_without_playing_every_draw_through_the_event_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # one crowded queue in waves, under KV admission: each of its plays costs 1 s on the clock, and
     # the verdict (it is the worse bet, by far) needs none of its 32, so it fits a 1 s deadline
     request = dataclasses.replace(REQUEST, kv_admission=True)
-    problem, spread, queues = _lpt_plan(request)
+    problem, spread, queues = lpt_plan(request)
     crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
     base = baseline(problem, queues, spread, True, 0, deadline=float("inf"))
     fake = ManualClock()
@@ -183,7 +155,7 @@ def test_a_plan_in_waves_is_judged_without_playing_every_draw_through_the_event_
         return played(*args)
 
     monkeypatch.setattr(finish_draws, "worker_finish", slow)
-    assert judged(problem, crowded, base, True, 1.0, _points(problem, crowded, True)) is False
+    assert judged(problem, crowded, base, True, 1.0, point_finishes(problem, crowded, True)) is False
     assert fake.seconds == 0.0
 
 
@@ -191,18 +163,18 @@ def test_estimates_that_cannot_settle_the_verdict_are_played_and_it_is_the_exact
     # the lpt plan against itself on draws: every estimate of a play of its own is a tie the
     # bounds cannot settle, so the judge plays what decides each draw and ties go to the plan
     request = dataclasses.replace(REQUEST, kv_admission=True)
-    problem, spread, queues = _lpt_plan(request)
+    problem, spread, queues = lpt_plan(request)
     crowded = [[u for q in queues for u in q]] + [[] for _ in queues[1:]]
     with clock.frozen():
         base = baseline(problem, crowded, spread, True, 0, deadline=0.0)
-        assert judged(problem, crowded, base, True, 0.0, _points(problem, crowded, True)) is True
+        assert judged(problem, crowded, base, True, 0.0, point_finishes(problem, crowded, True)) is True
 
 
 def test_estimated_finishes_are_the_plays_wherever_they_are_not_marked_and_near_them_where_they_are() -> None:
     request = dataclasses.replace(
-        _with_quantiles(bench_request(1_024, 16, seed=1, time_budget_s=1.0), 1.6), kv_admission=True
+        with_quantiles(bench_request(1_024, 16, seed=1, time_budget_s=1.0), 1.6), kv_admission=True
     )
-    problem, spread, queues = _lpt_plan(request)
+    problem, spread, queues = lpt_plan(request)
     crowded = [list(q) for q in queues]
     crowded[0] = [u for q in queues[:4] for u in q]  # past its cache on some draws or in waves
     for w in (1, 2, 3):
@@ -210,7 +182,13 @@ def test_estimated_finishes_are_the_plays_wherever_they_are_not_marked_and_near_
     draws = robust.draw_matrix(spread, np.random.default_rng(1), 8)
     exact = draw_finishes(problem.costs, problem.prompts, crowded, draws, True)
     values, approx = finish_draws.estimated_finishes(
-        problem.costs, problem.prompts, crowded, draws, True, problem.steps, _points(problem, crowded, True)
+        problem.costs,
+        problem.prompts,
+        crowded,
+        draws,
+        True,
+        problem.steps,
+        point_finishes(problem, crowded, True),
     )
     assert approx.any()
     assert (values[~approx] == exact[~approx]).all()
