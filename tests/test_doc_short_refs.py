@@ -19,44 +19,19 @@ docs/experiments.md is left out: a dated log, which names the code as it was the
 from __future__ import annotations
 
 import ast
-import re
-from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
-from tests.doc_refs import PACKAGES, ROOT, TOP_DIRS, doc_files
-from tests.line_index import Lines
+from tests.doc_refs import ROOT, TOP_DIRS, doc_files
+from tests.doc_short_names import bare_files, modules_by_name, short_references
 
-_FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
-_SPAN = re.compile(r"`([^`\n]+)`")
-_SHORT = re.compile(r"^([a-z_][a-z0-9_]*)\.([A-Za-z_]\w*)(?:\.\w+)*(?:\(\))?$")
-_EXTENSIONS = frozenset({"py", "json", "model", "md", "csv", "yaml", "txt", "lua", "sh", "toml", "gz"})
 LOGS = frozenset({"docs/experiments.md"})
-# First parts that name an API body's or an answer's fields, not our modules of the same file name,
-# each with why. Keep it short.
-NOT_MODULES: dict[str, str] = {
-    "sampling": "a request's `sampling.n`, `sampling.extra`: fields of the POST /schedule body",
-    "batch": "`batch.items`: the POST /schedule body's list of prompts",
-    "progress": "`progress.cancelled`: a field of the client's StepResults.progress",
-}
-_BARE_FILE = re.compile(r"^[\w-]+\.py$")
 # Bare file names of other projects the docs cite, each with why.
 NOT_OURS: dict[str, str] = {
     "schedule_policy.py": "SGLang's scheduler (simulator.md, fidelity to SGLang)",
     "schedule_batch.py": "SGLang's batch (simulator.md, fidelity to SGLang)",
     "tool_agent_loop.py": "veRL's agent loop (trace-format.md, multi-turn rollouts)",
 }
-
-
-@cache
-def _modules() -> dict[str, list[Path]]:
-    """File name (no suffix) -> every module of the packages with that name."""
-    found: dict[str, list[Path]] = defaultdict(list)
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            if path.name != "__init__.py":
-                found[path.stem].append(path)
-    return found
 
 
 @cache
@@ -75,41 +50,14 @@ def _defined(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
-def short_references(path: Path) -> list[tuple[str, str, str]]:
-    """``(where, module, name)`` for each ``module.name`` span of one doc's prose."""
-    text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
-    lines = Lines(text)
-    found = []
-    for span in _SPAN.finditer(text):
-        match = _SHORT.match(span.group(1).strip())
-        if match is None or match.group(2) in _EXTENSIONS:
-            continue
-        module, name = match.groups()
-        if module in _modules() and module not in NOT_MODULES:
-            where = f"{path.relative_to(ROOT)}:{lines.of(span.start())}"
-            found.append((where, module, name))
-    return found
-
-
 @cache
 def _file_names() -> frozenset[str]:
     """The names of the repository's Python files: the packages', the tests', the deployment's."""
     return frozenset(path.name for top in TOP_DIRS for path in (ROOT / top).rglob("*.py"))
 
 
-def bare_files(path: Path) -> list[tuple[str, str]]:
-    """``(where, name)`` for each span of one doc's prose that is a bare ``name.py``."""
-    text = _FENCE.sub(lambda block: "\n" * block.group().count("\n"), path.read_text())
-    lines = Lines(text)
-    return [
-        (f"{path.relative_to(ROOT)}:{lines.of(span.start())}", span.group(1).strip())
-        for span in _SPAN.finditer(text)
-        if _BARE_FILE.match(span.group(1).strip())
-    ]
-
-
 def _holds(module: str, name: str) -> bool:
-    return any(name in _defined(path) for path in _modules()[module])
+    return any(name in _defined(path) for path in modules_by_name()[module])
 
 
 def _user_docs() -> list[Path]:

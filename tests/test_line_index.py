@@ -9,9 +9,9 @@ from functools import cache
 import typer
 
 from tests.doc_refs import ROOT, doc_files, doc_references
+from tests.doc_short_names import bare_files, short_references
 from tests.line_index import Lines
 from tests.service.cli_docs import PROGRAM, command_lines, command_tree, top_commands
-from tests.test_doc_short_refs import bare_files, short_references
 
 
 def test_every_offset_is_on_the_line_the_newlines_before_it_say() -> None:
