@@ -16,6 +16,9 @@ import yaml
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 IMAGE = "rollout-scheduler:"  # our image, whatever the tag
 VARIABLE = re.compile(r"\$\(([A-Z_][A-Z0-9_]*)\)")  # a $(VAR) the kubelet expands in args and env
+# The Kubernetes releases each manifest must be valid for: the oldest whose API we rely on (preStop
+# sleep: 1.30) and the newest with bundled schemas (the manifest and engine options tests).
+VERSIONS = ("1.30.0", "1.37.0")
 Doc = dict[str, Any]
 
 

@@ -18,8 +18,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import validate
 
-from tests.deploy.manifests import DOCS, K8S, Doc, containers_of, find_one, pod_spec
-from tests.deploy.test_k8s_manifests import VERSIONS
+from tests.deploy.manifests import DOCS, K8S, VERSIONS, Doc, containers_of, find_one, pod_spec
 
 WORKERS = [
     ("rollout-worker-h100", "vllm", "hf-cache"),

@@ -21,6 +21,7 @@ from tests.deploy.fleetsettings import serve_settings
 from tests.deploy.manifests import (
     DOCS,
     IMAGE,
+    VERSIONS,
     Doc,
     container_env,
     container_environment,
@@ -30,9 +31,6 @@ from tests.deploy.manifests import (
     pod_spec,
     workloads,
 )
-
-# The oldest release whose API we rely on (preStop sleep: 1.30) and the newest with bundled schemas.
-VERSIONS = ("1.30.0", "1.37.0")
 
 
 def test_the_folder_holds_every_manifest_the_issue_asks_for() -> None:
