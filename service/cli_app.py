@@ -29,12 +29,23 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
+_registered = False  # whether ``_register`` has attached the groups: once a process, however often it runs
+
+
 def _register() -> None:
-    """Attach every command group; each module exposes ``register(app, bench_app)``."""
+    """Attach every command group, each module's ``register(app, bench_app)``, once a process.
+
+    ``run`` calls it, and a process that runs the command line more than once (the tests' console
+    script in-process) attached every group again at each run: Typer builds each copy at each run,
+    ~40 ms of CPU a copy on the dev host, so the n-th run in one process took n times as long."""
+    global _registered
+    if _registered:
+        return
     from service.commands import ALL
 
     for module in ALL:
         module.register(app, bench_app)
+    _registered = True
 
 
 # Typer ships its own copy of click, so its error classes are found through a public subclass.
