@@ -13,6 +13,7 @@ import asyncio
 import random
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -79,6 +80,24 @@ globals().update(
 )
 
 RESULT = TrajectoryResult(output_tokens=64, finish_reason="stop", wall_time_s=0.01, output="ok")
+
+
+@pytest.fixture(scope="module")
+def _one_client(redis_cluster: LocalCluster) -> Iterator[RedisCluster]:
+    """The module's one cluster client: no test here moves a slot or closes its client."""
+    client = redis_cluster.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def cluster_client(redis_cluster: LocalCluster, _one_client: RedisCluster) -> Iterator[RedisCluster]:
+    """The module's cluster client on emptied masters, so each test starts from nothing, as with a
+    client of its own (``tests.cluster``'s): a new one asks a node for its command table first, ~20 ms
+    of CPU, 166 times in this module."""
+    redis_cluster.flushall()
+    yield _one_client
+    redis_cluster.flushall()
 
 
 @pytest.fixture
