@@ -221,20 +221,46 @@ def test_a_step_whose_slot_moved_under_the_clients_map_is_sent_again_and_kept(cl
 
 
 def _slot_to(cluster: LocalCluster, slot: int, master: EmbeddedServer) -> None:
-    """``slot`` (holding no key) served by ``master`` from now on, as every node hears it. ``master``
-    binds it first under a config epoch above every other (``BUMPEPOCH``): otherwise a heartbeat the
-    old owner sent before it heard of the move could bind the slot back on a node that had heard, with
-    the same epoch as before (a fresh clone's CI met MOVED writing to the new master)."""
+    """``slot`` (holding no key) served by ``master`` from now on, as every node hears it: ``master``'s
+    config epoch made the cluster's greatest first (``_epoch_above_all``), then the slot bound on it,
+    on the old owner, then on the rest (Valkey's order to end a reshard). Its claim then outranks,
+    everywhere, any heartbeat the old owner sent before it heard of the move. Bound before the bump, a
+    heartbeat of the old owner that reached ``master`` between the two (its epoch then the greater)
+    bound the slot back there: ``master`` claimed it no more, every other node mapped it to ``master``
+    for good, and the wait below ran out (keeper58: 7 of 417 runs of this test at load 6-14; none of
+    520 with the epoch bumped first)."""
     with redis.Redis(port=master.port) as client:
         node_id = str(client.execute_command("CLUSTER", "MYID"), "utf-8")
-        client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
-        client.execute_command("CLUSTER", "BUMPEPOCH")
-    for node in cluster.nodes:
-        if node.port != master.port:
-            with redis.Redis(port=node.port) as client:
-                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
+        source = next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+    _epoch_above_all(cluster, master)
+    rest = [node.port for node in cluster.nodes if node.port not in (master.port, source)]
+    for port in (master.port, source, *rest):
+        with redis.Redis(port=port) as client:
+            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id)
     _until_every_node_maps(cluster, slot, master.port)
     cluster._wait_ok(30.0)
+
+
+def _epoch_above_all(cluster: LocalCluster, master: EmbeddedServer, within_s: float = 30.0) -> None:
+    """Until ``master``'s config epoch is above every other node's own. ``BUMPEPOCH`` takes one above
+    the greatest ``master`` has heard of, or answers ``STILL`` where its own is that greatest: one
+    that has not yet heard of another node's last bump (the move there) is asked again once the
+    heartbeats told it."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with redis.Redis(port=master.port) as client:
+            client.execute_command("CLUSTER", "BUMPEPOCH")
+        others = [_config_epoch(node) for node in cluster.nodes if node.port != master.port]
+        if _config_epoch(master) > max(others):
+            return
+        assert time.monotonic() < deadline, f"{master.port}'s config epoch not above {others}"
+        time.sleep(0.05)
+
+
+def _config_epoch(node: EmbeddedServer) -> int:
+    """``node``'s own config epoch: whose claim on a slot wins, the greater's."""
+    with redis.Redis(port=node.port, decode_responses=True) as client:
+        return int(client.cluster("INFO")["cluster_my_epoch"])
 
 
 def _until_every_node_maps(cluster: LocalCluster, slot: int, port: int, within_s: float = 30.0) -> None:
