@@ -28,6 +28,7 @@ from tests.service.held_port import held_port
 
 MASTERS = 3  # the smallest cluster that Redis accepts without replicas
 SLOTS = 16384  # hash slots in every Redis Cluster
+Span = tuple[int, int, int]  # a run of slots and the port of the master a node maps them to
 
 
 def find_cli_binary() -> str:
@@ -97,6 +98,7 @@ class LocalCluster:
 
     masters: int = MASTERS  # number of master nodes, each with a share of the slots
     nodes: list[EmbeddedServer] = field(default_factory=list)  # filled by ``start``
+    formed: list[Span] = field(default_factory=list)  # the slot map ``start`` left (``as_formed``)
 
     @property
     def startup_nodes(self) -> list[ClusterNode]:
@@ -114,7 +116,18 @@ class LocalCluster:
             self.nodes.append(cluster_node())
         self._create()
         self._wait_ok(timeout_s)
+        self.formed = _spans(self.nodes[0].port)
         return self
+
+    def as_formed(self, timeout_s: float = 10.0) -> bool:
+        """Whether every node answers (within ``timeout_s``) and maps every slot to the master
+        ``start`` gave it. A test that moves or drops a slot and fails to put it back leaves the map
+        otherwise, and the next tests on a shared cluster meet it: a slot a keeper test could not
+        move back made a later one count 5 steps on its stalled masters for 4 (keeper58)."""
+        try:
+            return all(_spans(node.port, timeout_s) == self.formed for node in self.nodes)
+        except redis.RedisError:
+            return False
 
     def _create(self) -> None:
         """Split the slots evenly across the masters, exactly as an operator forms a cluster."""
@@ -225,6 +238,12 @@ def _owner_of(cluster: LocalCluster, slot: int) -> int:
     """The port of the master that serves ``slot``, as the first node maps it."""
     with redis.Redis(port=cluster.nodes[0].port) as client:
         return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+
+
+def _spans(port: int, timeout_s: float | None = None) -> list[Span]:
+    """The slot map as the node at ``port`` has it: each run of slots with its master's port."""
+    with redis.Redis(port=port, socket_timeout=timeout_s) as client:
+        return sorted((int(lo), int(hi), int(m[1])) for lo, hi, m, *_ in client.cluster("SLOTS"))
 
 
 def _mapped(port: int, slots: range) -> list[int]:
