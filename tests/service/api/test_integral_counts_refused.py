@@ -13,9 +13,18 @@ import json
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from tests.service.api_helpers import actual_report
+
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a refusal is the body's."""
+    return module_app
+
 
 REPORT = actual_report(1, 2, 3)
 COUNTS = ("step", "sample_idx", "prompt_tokens", "output_tokens", "max_new_tokens")

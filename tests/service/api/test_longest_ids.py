@@ -16,6 +16,14 @@ from service.names import NAME_MAX_LENGTH
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import batch_body
 
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a step is what Redis holds, a refusal the body's."""
+    return module_app
+
+
 RESULT = TrajectoryResult(output_tokens=5, finish_reason="stop")
 
 

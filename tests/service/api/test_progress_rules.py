@@ -17,6 +17,13 @@ from service.engines import SERVICE_ENGINE
 from tests.service.api_helpers import AppFactory, batch_body
 
 
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    what progress shows is what Redis holds of the step."""
+    return module_app
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_progress_names_the_engine_the_request_named(client: TestClient, engine: str) -> None:
     sid = client.post("/schedule", json=batch_body(engine=engine)).json()["schedule_id"]

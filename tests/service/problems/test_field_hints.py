@@ -6,11 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from service.api.schemas import Sampling
 from service.problems.hints import SAMPLING_FIELDS
 from tests.service.api_helpers import batch_body
+
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a refusal is the body's."""
+    return module_app
+
 
 ITEM = "batch.items[1]"
 

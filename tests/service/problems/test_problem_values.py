@@ -16,6 +16,14 @@ from service.problems.details import ECHO_DIGITS, ECHO_HEAD, MAX_ECHO, PATH_HEAD
 from service.problems.table import handle
 from tests.service.api_helpers import actual_history, batch_body
 
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test:
+    a refusal is the body's."""
+    return module_app
+
+
 _JSON = {"Content-Type": "application/json"}
 HUGE = 10**4000  # Python's JSON reads up to 4,300 digits
 
