@@ -103,7 +103,7 @@ def _targets(report: ReplayReport, steal: bool, label: str) -> list[str]:
         "",
         f"Where the bound gap comes from: oracle (cpsat on the true lengths) runs at "
         f"{oracle.ratio_to_lower_bound:.3f}x the bound with {oracle.kv_use:.0%} of the pool's KV cache in "
-        f"use on average (cpsat: {cpsat.kv_use:.0%}; approximate, see docs/replay.md), and "
+        f"use on average (cpsat: {cpsat.kv_use:.0%}; the KV held, see docs/replay.md), and "
         f"{oracle.preemptions:,} preemptions (cpsat: {cpsat.preemptions:,}), each paying again for "
         "what it held (decoded again as vllm-v0, prefilled again as vllm-v1), "
         "while the bound's KV term assumes a full cache doing useful work at every step.",

@@ -113,7 +113,7 @@ class PolicySummary:
     tokens_per_s: float  # true output tokens of all steps / summed makespan
     tail_time_s: float  # summed over steps: what the last 10% of trajectories add
     plan_wall_s: float  # summed planning wall time
-    kv_use: float  # mean over steps of the approximate share of the pool's KV cache in use
+    kv_use: float  # mean over steps of the share of the pool's KV cache in use (the KV held)
     preemptions: int  # summed KV preemptions
     steals: int  # summed work-stealing moves
 
