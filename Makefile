@@ -19,13 +19,16 @@ unexport PYTHONDONTWRITEBYTECODE
 
 venv: $(STAMP)
 
+# pip byte-compiles what it installs on one core (~36 of its ~62 CPU-s on 2 cores); compileall -j 0 does
+# the same compile on every core (docs/experiments.md, "CI time: the single-threaded minutes").
 # The runtime dependencies at deploy/constraints.txt's pins, the image's: the tests run what the image
 # ships, whatever the registry serves that day (tests/deploy/test_constraints_in_step.py holds the two
 # together). To upgrade one: pip install it in the venv, run the tests, then deploy/pin_constraints.py.
 $(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --constraint deploy/constraints.txt -e '.[dev,trace,embedded]'
+	$(BIN)/python -m pip install -q --no-compile --constraint deploy/constraints.txt -e '.[dev,trace,embedded]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -41,7 +44,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope
 
-test: lint typecheck pytest
+# mypy (~60 CPU-s, one core) runs beside pytest, which keeps both cores ~88% busy: run one after the
+# other, mypy left a core idle for a minute of every CI run. --output-sync=line keeps each line whole.
+test: lint
+	$(MAKE) --no-print-directory -j 2 --output-sync=line typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m service.bench.report --out docs/benchmarks.md
