@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from predictors.history import History
 from predictors.model import FitConfig, fit
@@ -60,6 +59,10 @@ class Evaluation:
 
 def score(p50: FloatArray, p90: FloatArray, actual: FloatArray) -> Scores:
     """The five metrics of one predictor on one set of actuals."""
+    # Imported here: scipy.stats costs ~0.8 CPU-s to import, and every process that imports this
+    # module for its types (each pytest worker, at collection) would pay it without scoring anything.
+    from scipy import stats as sps
+
     err = np.abs(p50 - actual)
     constant = np.ptp(p50) == 0 or np.ptp(actual) == 0
     return Scores(

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 import scipy.special as sc
-import scipy.stats as sps
 
 from predictors.drift import DRIFT_WINDOW, gap_drift, unseen_gap, widened_p90
 from predictors.history import History
@@ -22,6 +21,9 @@ from predictors.queries import NO_CAP, QueryBatch
 from predictors.synthetic import rotating
 from scheduler.errors import InvalidInputError
 from tests.predictors.helpers import FAST, drifting_trace, mean_runs
+
+# scipy.stats is imported by the two tests that compare with it, not here: at the top it cost every
+# pytest worker ~0.8 CPU-s at collection, where nothing else in the suite's collection imports it.
 
 
 def test_the_longest_gap_seen_is_the_whole_history_s_not_only_the_last_step_s() -> None:
@@ -99,12 +101,16 @@ def test_the_spread_is_the_slope_s_standard_error_at_the_90th_percentile_times_t
     stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 4)
     _, residuals, *_ = np.polyfit(np.arange(4), np.log(means), 1, full=True)
     se = math.sqrt(float(residuals[0]) / 2 / 5.0)  # residual variance / sum of (x - mean x)^2
+    import scipy.stats as sps
+
     np.testing.assert_allclose(gap_drift(stats, np.array([4.0]), 4).spread, [4 * se * sps.t.ppf(0.9, 2)])
 
 
 def test_the_t_quantile_the_drift_reads_without_scipy_stats_is_scipy_stats_own_to_the_bit() -> None:
     """``scipy.special.stdtrit`` is what ``scipy.stats.t.ppf`` computes by; the drift calls it so
     that serving does not import scipy.stats (~0.8 s of every ``serve`` start, helper ci53)."""
+    import scipy.stats as sps
+
     dof = np.concatenate([np.arange(1.0, 20_001.0), [1e6, 1e9, 2.0**40]])
     assert np.array_equal(sc.stdtrit(dof, 0.9), sps.t.ppf(0.9, dof))
 
