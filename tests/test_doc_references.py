@@ -28,6 +28,9 @@ NOT_CODE: dict[str, str] = {
     "function exit55 removed with uvicorn's replay of the signals it heard",
     "service/learning/actuals.py::_entry_row": "ids56's section of docs/experiments.md (history, not "
     "edited) names the entry read edges57 moved to service/learning/actuals_entry.py (``entry_row``)",
+    "tests/service/sidecar/test_stop_signals_inherited.py": "review48a's section of docs/experiments.md "
+    "(history, not edited) names the test ci59b folded into test_stop_signals_in_process.py, each of "
+    "whose tests now also runs with SIGINT ignored as found (``_sigint_as_started``)",
 }
 
 
