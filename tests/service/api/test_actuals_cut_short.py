@@ -9,12 +9,12 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import actual_report, batch_body
+from tests.service.finished import RESULT
 
 Report = dict[str, Any]
-SHORT = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
 
 
 def _run(client: TestClient, redis_client: redis.Redis, schedule_id: str, finish: int) -> list[Report]:
@@ -32,7 +32,7 @@ def _finish(client: TestClient, redis_client: redis.Redis, schedule_id: str, fin
     delivery = Delivery(redis_client)
     leases = delivery.claim(schedule_id, "w0", 4)
     for lease in leases[:finish]:
-        assert delivery.complete(lease, SHORT) is CompletionOutcome.ACCEPTED
+        assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
     return [
         actual_report(3, int(lease.item.prompt_id[1:]), lease.item.sample_idx) | {"schedule_id": schedule_id}
         for lease in leases[:finish]

@@ -9,11 +9,11 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.client import SchedulerAPIError, SchedulerClient
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.settings import Settings
 from tests.service.api_helpers import TRAINER, WORKER, LiveServer, batch_body, bearer, with_settings
+from tests.service.finished import RESULT
 
-RESULT = TrajectoryResult(output_tokens=50, output="ok", wall_time_s=0.1)
 PORT = 21610  # this suite's loopback port for the live server
 
 

@@ -17,9 +17,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from tests.service.api.badinput import redis_snapshot, refused_unchanged
 from tests.service.api_helpers import batch_body
+from tests.service.finished import finished_with
 
 EXAMPLES = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ID = r"[A-Za-z0-9_.:-]{1,256}"  # docs/api.md: a schedule_id's characters and length
@@ -39,7 +40,7 @@ def finished(client: TestClient, redis_client: redis.Redis) -> tuple[str, list[s
     delivery = Delivery(redis_client)
     leases = delivery.claim(sid, "w0", max_items=10)
     for k, lease in enumerate(leases):
-        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="x" * (50 * k), wall_time_s=0.5))
+        delivery.complete(lease, finished_with(output="x" * (50 * k)))
     return sid, sorted(lease.key for lease in leases)
 
 

@@ -15,15 +15,15 @@ from typing import Any
 import redis
 from fastapi.testclient import TestClient
 
-from service.delivery import Delivery, LeaseSettings, PublishedSchedule, TrajectoryResult, keys
+from service.delivery import Delivery, LeaseSettings, PublishedSchedule, keys
 from service.delivery.reaper import reap_all
 from service.learning.models import ModelService, Retrained
 from tests.service.api_helpers import AppFactory, actual_report, batch_body
 from tests.service.delivery.conftest import item
+from tests.service.finished import RESULT
 
 RETENTION_S = 600
 MAX_ATTEMPTS = 2
-RESULT = TrajectoryResult(output_tokens=120, wall_time_s=1.0, output="ok")
 # every key documented as living without a TTL; each is bounded by the fleet, by a cap or by pruning
 FLEET_WIDE = {
     keys.active_index(),

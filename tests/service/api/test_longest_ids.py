@@ -11,10 +11,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.names import NAME_MAX_LENGTH
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import batch_body
+from tests.service.finished import RESULT
 
 
 @pytest.fixture
@@ -22,9 +23,6 @@ def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
     """The module's one app (``module_app``), on a Redis flushed for the test:
     a step is what Redis holds, a refusal the body's."""
     return module_app
-
-
-RESULT = TrajectoryResult(output_tokens=5, finish_reason="stop")
 
 
 def _body(worker_id: str, prompt_id: str, schedule_id: str, pinned: bool = False) -> dict[str, Any]:

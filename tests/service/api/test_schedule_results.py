@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from service.delivery import Delivery, TrajectoryResult
 from tests.service.api_helpers import batch_body
+from tests.service.finished import RESULT, finished_with
 
 
 def test_results_completed_by_workers_are_read_back_in_pages(
@@ -20,7 +21,7 @@ def test_results_completed_by_workers_are_read_back_in_pages(
     delivery = Delivery(redis_client)
     leases = delivery.claim(sid, "w0", max_items=10)
     for lease in leases:
-        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="done", wall_time_s=0.5))
+        delivery.complete(lease, RESULT)
     first = client.get(f"/schedule/{sid}/results", params={"count": 3}).json()
     rest = client.get(f"/schedule/{sid}/results", params={"after": first["next"]}).json()
     keys = [r["key"] for r in first["results"] + rest["results"]]
@@ -35,7 +36,7 @@ def test_each_result_names_its_prompt_and_sample_so_a_trainer_can_regroup_them(
     sid = client.post("/schedule", json=batch_body(prompts=2, n=2, workers=1)).json()["schedule_id"]
     delivery = Delivery(redis_client)
     for lease in delivery.claim(sid, "w0", max_items=10):
-        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="done", wall_time_s=0.5))
+        delivery.complete(lease, RESULT)
     results = client.get(f"/schedule/{sid}/results").json()["results"]
     assert all(r["key"] == f"{r['prompt_id']}#{r['sample_idx']}" for r in results)
     assert sorted((r["prompt_id"], r["sample_idx"]) for r in results) == [
@@ -75,8 +76,8 @@ def test_a_stored_result_nested_too_deep_to_serve_is_flagged_and_the_page_still_
     for _ in range(300):  # stored by a sidecar from before push-mode extras were bounded
         deep = {"a": deep}
     first, second = delivery.claim(sid, "w0", max_items=10)
-    delivery.complete(first, TrajectoryResult(output_tokens=7, output="deep", extra={"tool_calls": deep}))
-    delivery.complete(second, TrajectoryResult(output_tokens=8, output="fine", extra={"x": 1}))
+    delivery.complete(first, finished_with(output="deep", extra={"tool_calls": deep}))
+    delivery.complete(second, finished_with(output="fine", extra={"x": 1}))
     answer = client.get(f"/schedule/{sid}/results")
     assert answer.status_code == 200
     flagged, plain = answer.json()["results"]
@@ -102,7 +103,7 @@ def test_a_stored_result_holding_a_lone_surrogate_is_served_with_a_replacement_c
         output_tokens=7, finish_reason=lone, output=f"a{lone}b", extra={lone: [lone], "x": "ü"}
     )
     delivery.complete(first, stored)
-    delivery.complete(second, TrajectoryResult(output_tokens=8, output="fine ü", extra={"x": 1}))
+    delivery.complete(second, finished_with(output="fine ü", extra={"x": 1}))
     answer = client.get(f"/schedule/{sid}/results")
     assert answer.status_code == 200
     mended, plain = answer.json()["results"]
@@ -120,7 +121,7 @@ def _completed_with_extras(client: TestClient, redis_client: redis.Redis, n: int
     delivery = Delivery(redis_client)
     logprobs = [-0.125] * (extra_bytes // 7)  # "-0.125," per entry
     for lease in delivery.claim(sid, "w0", max_items=n):
-        delivery.complete(lease, TrajectoryResult(output_tokens=7, output="x", extra={"logprobs": logprobs}))
+        delivery.complete(lease, finished_with(output="x", extra={"logprobs": logprobs}))
     return sid
 
 

@@ -12,9 +12,10 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from service.delivery.keys import ENGINE, PLANNED_FINISH, PREDICTED_MAKESPAN, PUBLISHED_AT, schedule_keys
 from tests.service.api_helpers import actual_report, batch_body
+from tests.service.finished import finished_with
 
 NOT_UTF8 = b"\xff\xfe"  # no UTF-8 text holds either byte
 OPTIONAL_META = {
@@ -65,7 +66,7 @@ def _completed(client: TestClient, redis_client: redis.Redis, outputs: list[str]
     sid = str(client.post("/schedule", json=body).json()["schedule_id"])
     delivery = Delivery(redis_client)
     for lease, output in zip(delivery.claim(sid, "w0", max_items=10), outputs, strict=True):
-        delivery.complete(lease, TrajectoryResult(output_tokens=7, output=output, wall_time_s=0.5))
+        delivery.complete(lease, finished_with(output=output))
     return sid
 
 

@@ -17,9 +17,10 @@ from service.client import (
     StepResults,
     actual_from_result,
 )
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.settings import Settings
 from tests.service.api_helpers import LiveServer, batch_body
+from tests.service.finished import RESULT, finished_with
 
 LENGTHS = {"p0": 100, "p1": 110}  # the prompts' lengths in batch_body(prompts=2)
 
@@ -29,8 +30,7 @@ def _cancelled_midway(client: SchedulerClient, redis_client: redis.Redis) -> Ste
     plan = client.schedule(batch_body(prompts=2, n=2, workers=1, schedule_id="step-3"))
     delivery = Delivery(redis_client)
     for lease in delivery.claim(plan.schedule_id, "w0", 4)[:2]:
-        result = TrajectoryResult(output_tokens=40, output="ok", wall_time_s=0.1)
-        assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
+        assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED
     client.cancel(plan.schedule_id)
     return client.wait(plan.schedule_id, timeout_s=10)
 
@@ -86,7 +86,7 @@ def _group_cut(client: SchedulerClient, redis_client: redis.Redis) -> StepResult
     lengths = {"p0#0": 40, "p0#1": 60, "p1#0": 30}
     for lease in delivery.claim(plan.schedule_id, "w0", 4):
         if lease.key in lengths:
-            result = TrajectoryResult(output_tokens=lengths[lease.key], output="ok", wall_time_s=0.1)
+            result = finished_with(output_tokens=lengths[lease.key])
             assert delivery.complete(lease, result) is CompletionOutcome.ACCEPTED
     client.cancel(plan.schedule_id)
     return client.wait(plan.schedule_id, timeout_s=10)

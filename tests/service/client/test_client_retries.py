@@ -22,10 +22,11 @@ from service.client import (
     StepResults,
 )
 from service.client import scheduler_client as client_module
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from service.ports import free_port
 from service.settings import Settings
 from tests.service.api_helpers import LiveServer, actual_history, batch_body, with_settings
+from tests.service.finished import RESULT
 
 
 class LosesReplies(httpx.HTTPTransport):
@@ -260,7 +261,7 @@ def test_a_results_page_whose_reply_was_lost_is_read_again(
         client.schedule(batch_body(prompts=2, n=2, workers=2, schedule_id="run-1-step-0"))
         delivery = Delivery(redis_client)
         [done] = delivery.claim("run-1-step-0", "w0", 1)
-        delivery.complete(done, TrajectoryResult(output_tokens=50, output="ok", wall_time_s=0.1))
+        delivery.complete(done, RESULT)
         page = client.results("run-1-step-0")
     assert ([r.key for r in page.results], transport.seen) == ([done.key], 2)
 

@@ -23,14 +23,13 @@ from scheduler.planner import plan
 from scheduler.sim_rules import DEFAULT_ENGINE  # the rules a plain SimOptions plays by
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-from service.delivery import Delivery, DeliveryItem, Lease, PublishedSchedule, TrajectoryResult
+from service.delivery import Delivery, DeliveryItem, Lease, PublishedSchedule
 from service.delivery.keys import schedule_keys
 from service.delivery.publisher import publish_plan
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.concurrency import run_together
 from tests.service.delivery.conftest import item
-
-RESULT = TrajectoryResult(output_tokens=5)
+from tests.service.finished import RESULT
 
 
 def _shared(

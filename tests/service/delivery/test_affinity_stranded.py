@@ -21,13 +21,12 @@ from service.delivery import (
     Lease,
     LeaseSettings,
     PublishedSchedule,
-    TrajectoryResult,
 )
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item
+from tests.service.finished import RESULT
 
 TTL = 10_000
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 
 
 def _group(prompt: str, n: int, predicted: float = 100.0) -> tuple[DeliveryItem, ...]:

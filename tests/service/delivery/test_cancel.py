@@ -17,15 +17,14 @@ from service.delivery import (
     PublishOutcome,
     ReleaseOutcome,
     ScheduleWithdrawnError,
-    TrajectoryResult,
     UnknownScheduleError,
     keys,
 )
 from tests.service.delivery.audit import assert_sound, audit
 from tests.service.delivery.conftest import item, schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
-RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
 
 
 def test_cancelling_mid_step_leaves_nothing_queued_or_leased(

@@ -23,14 +23,13 @@ from service.delivery import (
     Lease,
     LeaseSettings,
     PublishedSchedule,
-    TrajectoryResult,
 )
 from service.delivery.keys import schedule_keys
 from service.delivery.publisher import publish_plan
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item
+from tests.service.finished import RESULT
 
-RESULT = TrajectoryResult(output_tokens=5)
 SMALL = 3_000  # KV tokens of worker "small"; conftest items need 32 + 4096 unless made short
 
 

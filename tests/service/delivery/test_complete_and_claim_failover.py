@@ -20,16 +20,16 @@ import redis
 from service.delivery import remap
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import Lease, TrajectoryResult
+from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest, slot_of
 from tests.service.failover import TIMEOUT_S, Copied, copied, failed_over, on_dead, paced, restored
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
 TTL_MS = 30_000  # the lease lives through the test: only the call's reach is under test
-RESULT = TrajectoryResult(output_tokens=5)
 
 
 @pytest.fixture

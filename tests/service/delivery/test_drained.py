@@ -19,13 +19,12 @@ from service.delivery import (
     PublishOutcome,
     ReleaseOutcome,
     ScheduleConflictError,
-    TrajectoryResult,
 )
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item, schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000  # explicit clock (ms)
-RESULT = TrajectoryResult(output_tokens=64, finish_reason="stop", wall_time_s=0.01, output="ok")
 
 
 def _drained(sizes: dict[str, int], *workers: str, schedule_id: str = "s") -> PublishedSchedule:

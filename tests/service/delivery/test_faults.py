@@ -11,14 +11,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.delivery.reaper import Reaper, reap_all
 from service.embedded import EmbeddedServer
 from tests.service.delivery.audit import RecordProperty, audit, report
 from tests.service.delivery.conftest import schedule
 from tests.service.delivery.proxy import ReplyLosingProxy
-
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
+from tests.service.finished import RESULT
 
 
 def test_a_completion_whose_reply_is_lost_is_retried_idempotently(

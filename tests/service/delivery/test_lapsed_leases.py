@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import redis
 
-from service.delivery import CompletionOutcome, Delivery, ReleaseOutcome, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery, ReleaseOutcome
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
-RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
 
 
 def test_a_release_that_meets_a_lapsed_lease_expires_it_on_the_spot_and_spends_the_attempt(

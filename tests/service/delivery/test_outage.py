@@ -23,13 +23,13 @@ import redis
 from service.delivery import Delivery
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.reaper import Reaper
-from service.delivery.records import Lease, TrajectoryResult
+from service.delivery.records import Lease
 from service.embedded import EmbeddedServer
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 TTL_MS = 1_500
 OUTAGE_S = 2 * TTL_MS / 1000  # past the whole TTL: every lease lapses on Redis's clock
-RESULT = TrajectoryResult(output_tokens=5, wall_time_s=0.01, output="done")
 
 
 @pytest.fixture

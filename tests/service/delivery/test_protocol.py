@@ -16,15 +16,14 @@ from service.delivery import (
     PublishOutcome,
     ReleaseOutcome,
     ScheduleConflictError,
-    TrajectoryResult,
     UnknownScheduleError,
     keys,
     wire,
 )
 from tests.service.delivery.conftest import item, schedule
+from tests.service.finished import RESULT, finished_with
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
-RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
 
 
 def test_a_publish_the_client_resends_after_a_timeout_is_still_its_own_creation(delivery: Delivery) -> None:
@@ -290,5 +289,5 @@ def test_a_payload_or_result_that_is_not_json_is_refused_and_changes_nothing(
     delivery.publish(schedule("s", {"a": 1}))
     (lease,) = delivery.claim("s", "a", 1)
     with pytest.raises(InvalidInputError):
-        delivery.complete(lease, TrajectoryResult(output_tokens=1, reward=float("inf")))
+        delivery.complete(lease, finished_with(reward=float("inf")))
     assert delivery.complete(lease, RESULT) is CompletionOutcome.ACCEPTED

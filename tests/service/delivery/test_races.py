@@ -11,13 +11,12 @@ from typing import Any
 
 import redis
 
-from service.delivery import CancelReport, Delivery, Lease, PublishOutcome, TrajectoryResult
+from service.delivery import CancelReport, Delivery, Lease, PublishOutcome
 from service.delivery.reaper import reap_all
 from tests.service.delivery.audit import RecordProperty, audit, report
 from tests.service.delivery.concurrency import run_together
 from tests.service.delivery.conftest import schedule
-
-RESULT = TrajectoryResult(output_tokens=5)
+from tests.service.finished import RESULT
 
 
 def test_64_concurrent_thieves_on_one_victim_never_share_an_item(

@@ -10,15 +10,15 @@ import time
 
 import redis
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.delivery.keys import RESET_REFUNDS
 from service.delivery.outcomes import ResetReport
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000  # explicit clock (ms)
 TTL = 10_000
-RESULT = TrajectoryResult(output_tokens=7, finish_reason="stop", wall_time_s=0.1, output="ok")
 
 
 def test_reset_requeues_the_workers_leases_in_claim_order_with_their_attempts_refunded(

@@ -6,8 +6,9 @@ from typing import Any
 
 import redis
 
-from service.delivery import Delivery, Lease, TrajectoryResult
+from service.delivery import Delivery, Lease
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import finished_with
 
 
 def _stored_sizes(delivery: Delivery, client: redis.Redis, outputs: list[int]) -> list[int]:
@@ -18,7 +19,7 @@ def _stored_sizes(delivery: Delivery, client: redis.Redis, outputs: list[int]) -
     while len(leases) < len(outputs):
         leases += delivery.claim("s", "a", 1000)
     for lease, size in zip(leases, outputs, strict=True):
-        delivery.complete(lease, TrajectoryResult(output_tokens=1, output="x" * size))
+        delivery.complete(lease, finished_with(output="x" * size))
     entries: Any = client.xrange(delivery.keys("s").results)
     return [len(fields["result"]) for _, fields in entries]
 

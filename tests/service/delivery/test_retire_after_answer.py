@@ -20,12 +20,12 @@ from redis.cluster import RedisCluster
 
 from service.delivery import Delivery, keys, remap
 from service.delivery.outcomes import CompletionOutcome
-from service.delivery.records import TrajectoryResult
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.delivery.conftest import schedule
 from tests.service.failover import TIMEOUT_S, paced
+from tests.service.finished import RESULT
 
 pytestmark = pytest.mark.slow
 T0 = 1_000_000  # explicit clock (ms)
@@ -62,9 +62,7 @@ def test_the_settling_completion_is_answered_once_and_its_schedule_left_for_the_
     (lease,) = delivery.claim(sid, worker, 1)
     meta = delivery.keys(sid).meta
     with caplog.at_level(logging.WARNING, logger="service.delivery"):
-        answer = remap.remapped(
-            delivery.client, meta, lambda: delivery.complete(lease, TrajectoryResult(output_tokens=5))
-        )
+        answer = remap.remapped(delivery.client, meta, lambda: delivery.complete(lease, RESULT))
     assert answer is CompletionOutcome.ACCEPTED
     assert delivery.progress(sid).done == 1
     assert delivery.active_schedules() == [sid]  # kept: a reaper's pass retires it again
@@ -83,9 +81,7 @@ def test_a_reapers_pass_retires_a_settled_schedule_the_retire_left_behind(delive
     it: still active, still in the worker's inbox); the reapers find it due and their reap retires it."""
     delivery.publish(schedule("s", {"a": 1}), now_ms=T0)
     (lease,) = delivery.claim("s", "a", 1, now_ms=T0)
-    assert (
-        delivery.complete(lease, TrajectoryResult(output_tokens=5), now_ms=T0) is CompletionOutcome.ACCEPTED
-    )
+    assert delivery.complete(lease, RESULT, now_ms=T0) is CompletionOutcome.ACCEPTED
     delivery.client.zadd(keys.active_index(), {"s": T0})
     delivery.client.zadd(keys.inbox("a"), {"s": T0})
     assert delivery.due_for_reaping(T0) == ["s"]

@@ -22,13 +22,13 @@ from redis.cluster import RedisCluster
 
 from service.delivery import Delivery, keys, remap
 from service.delivery.outcomes import CompletionOutcome
-from service.delivery.records import TrajectoryResult
 from service.redis_conn import connect
 from service.settings import Settings
 from service.sidecar.unreached import Unreached
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.delivery.conftest import schedule
 from tests.service.failover import TIMEOUT_S, map_reads, paced
+from tests.service.finished import RESULT
 
 pytestmark = pytest.mark.slow
 T0 = 1_000_000  # explicit clock (ms)
@@ -86,7 +86,7 @@ def test_a_call_of_its_own_asks_no_master_about_the_schedules_master_that_answer
     (lease,) = delivery.claim(last, "a", 1)
     before = map_reads(live)
     meta = delivery.keys(last).meta
-    complete = partial(delivery.complete, lease, TrajectoryResult(output_tokens=5))
+    complete = partial(delivery.complete, lease, RESULT)
     assert remap.remapped(delivery.client, meta, complete) is CompletionOutcome.ACCEPTED
     assert map_reads(live) - before == 0
 
@@ -122,7 +122,7 @@ def test_a_retire_whose_first_node_is_down_still_retires_the_indexes_of_the_node
             assert client.zscore(keys.inbox(worker), sid) is not None  # announced, until retired
             next(node for node in local.nodes if f"127.0.0.1:{node.port}" == indexes).kill()
             with caplog.at_level(logging.WARNING, logger="service"):
-                answer = delivery.complete(lease, TrajectoryResult(output_tokens=5), now_ms=T0 + 1)
+                answer = delivery.complete(lease, RESULT, now_ms=T0 + 1)
             assert answer is CompletionOutcome.ACCEPTED
             [told] = [r for r in caplog.records if "left to the reapers" in r.getMessage()]
             assert indexes in told.getMessage()

@@ -14,13 +14,12 @@ from service.delivery import (
     Delivery,
     PublishOutcome,
     ReleaseOutcome,
-    TrajectoryResult,
     keys,
 )
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000  # explicit clock (ms) so expiry is deterministic
-RESULT = TrajectoryResult(output_tokens=77, finish_reason="stop", wall_time_s=0.5, output="ok")
 
 
 def test_a_finished_schedule_leaves_the_indexes_but_keeps_its_results(delivery: Delivery) -> None:

@@ -35,10 +35,10 @@ from service.delivery import (
     Lease,
     PublishedSchedule,
     PublishOutcome,
-    TrajectoryResult,
 )
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import item, schedule
+from tests.service.finished import RESULT
 
 WORKERS = ("a", "b", "c")
 TTL_MS = 1000
@@ -167,7 +167,7 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(lease=leases)
     def complete(self, lease: Lease) -> None:
-        outcome = self.delivery.complete(lease, TrajectoryResult(output_tokens=1), now_ms=self.now)
+        outcome = self.delivery.complete(lease, RESULT, now_ms=self.now)
         if outcome is CompletionOutcome.ACCEPTED:
             assert lease.key not in self.accepted, "accepted twice"
             assert not self.cancelled, "accepted after the cancel"

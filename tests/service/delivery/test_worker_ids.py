@@ -14,12 +14,12 @@ import pytest
 import redis
 
 from scheduler.errors import InvalidInputError
-from service.delivery import Delivery, Lease, TrajectoryResult
+from service.delivery import Delivery, Lease
 from service.names import NAME_MAX_LENGTH
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 T0 = 1_000_000
-RESULT = TrajectoryResult(output_tokens=3)
 BAD_IDS = ["a|b", "{a}", "a b", "a\n", "", "w" * (NAME_MAX_LENGTH + 1)]
 
 Call = Callable[[Delivery, str, Lease], Any]

@@ -18,8 +18,8 @@ from service.delivery.protocol import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.result import RESULT
 
 KEPT_TTL_MS = 300  # ``kept_session``'s leases: real time, where the reaper passes outweigh the TTLs
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.delivery import CompletionOutcome, LeaseSettings, PublishedSchedule, TrajectoryResult
+from service.delivery import CompletionOutcome, LeaseSettings, PublishedSchedule
 from service.delivery.protocol import Delivery
 from service.sidecar.engine_client import EngineClient, EngineOptions
 from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import cluster, item, run_until, tally
 
 TTL_MS = 500
@@ -55,6 +56,6 @@ def test_a_live_sidecar_finishes_the_group_a_dead_worker_started(
         ("q#2", "rescuer", 1),
     }
     assert stats.stolen == 3
-    late = [delivery.complete(lease, TrajectoryResult(output_tokens=50)) for lease in ghost]
+    late = [delivery.complete(lease, RESULT) for lease in ghost]
     assert late == [CompletionOutcome.STALE] * 2
     assert tally(delivery, "dead", {i.key for i in group}) == (0, 0)

@@ -22,8 +22,8 @@ from service.delivery.reaper import DEFAULT_INTERVAL_S, reap_all
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, partly_served, serve, slot_of, unserve
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.result import RESULT
 
 pytestmark = pytest.mark.slow
 TTL_S = 60.0  # real leases outlive the test on a loaded host; the give-up clock is the test's own

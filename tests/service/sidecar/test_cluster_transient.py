@@ -35,6 +35,7 @@ from service.delivery.reach import Reach
 from service.delivery.records import Lease
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.push_resends import (
     GIVE_UP_AT_S,
@@ -43,7 +44,6 @@ from tests.service.sidecar.push_resends import (
     kept_lost_at,
     kept_on_a_hand_clock,
 )
-from tests.service.sidecar.result import RESULT
 
 UNSERVED = {  # a slot not served now, as each way a cluster client learns it raises it
     "clusterdown": ClusterDownError("CLUSTERDOWN Hash slot not served"),

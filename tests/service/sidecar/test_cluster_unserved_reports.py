@@ -20,8 +20,8 @@ from service.delivery.outcomes import CompletionOutcome
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, serve, unserve
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.result import RESULT
 
 pytestmark = pytest.mark.slow
 RETRYING = "redis unavailable during complete"  # the session's warning on a completion's first failure

@@ -25,7 +25,6 @@ import redis
 from service.delivery.hangable import hangable, hangable_cluster
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.delivery.stored import REPLY_DECODING
 from service.embedded import EmbeddedServer
 from service.ports import free_port
@@ -33,6 +32,7 @@ from service.sidecar.hang_up import HungUpError, hang_up
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import one_node_cluster
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 
 SOCKET_TIMEOUT_S = 30.0  # what a call on a stalled server waits for; a refused one, nothing
@@ -135,8 +135,7 @@ def test_a_report_after_the_hang_up_is_not_sent_nor_retried_as_an_outage(redis_u
     async def completed_after_the_hang_up() -> CompletionOutcome:
         (held,) = await session.claim(1)
         hang_up(session.delivery)
-        result = TrajectoryResult(output_tokens=10, finish_reason="stop", wall_time_s=0.1)
-        return await session.complete(held, result)
+        return await session.complete(held, RESULT)
 
     began = time.monotonic()
     with pytest.raises(HungUpError):

@@ -16,10 +16,10 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 
 ENDS = ("inherited", "accepted", "duplicate", "stale", "failed", "released", "lost", "cancelled")
 
@@ -43,9 +43,7 @@ def test_reports_of_a_cancelled_schedules_lease_never_held_here_count_nothing(
     lease = held.lease
 
     async def run() -> tuple[CompletionOutcome, ReleaseOutcome]:
-        done = await session.complete_key(
-            lease.schedule_id, lease.key, lease.token, TrajectoryResult(5), held=False
-        )
+        done = await session.complete_key(lease.schedule_id, lease.key, lease.token, RESULT, held=False)
         failed = await session.fail_key(lease.schedule_id, lease.key, lease.token, "oom")
         return done, failed
 

@@ -23,7 +23,8 @@ import redis
 from service.delivery.keys import schedule_keys
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule, TrajectoryResult
+from service.delivery.records import DeliveryItem, LeaseSettings, PublishedSchedule
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import PROCESS_START_S, cluster, item, tally, wait_finished, wait_until
 
 pytestmark = pytest.mark.slow
@@ -69,9 +70,8 @@ def test_an_item_the_engine_never_answers_is_handed_back_and_finished_by_its_nex
     assert warning.startswith(f"item {stuck.key} of schedule hang got no answer from the engine in ")
     assert warning.endswith("s: request closed, reported failed")
     # the closed try's answer, had it come after all, is refused by its lease's token
-    late = TrajectoryResult(output_tokens=5, finish_reason="stop", wall_time_s=1.0)
     assert first is not None
-    assert delivery.complete_many("hang", [(stuck.key, first, late)]) == [CompletionOutcome.STALE]
+    assert delivery.complete_many("hang", [(stuck.key, first, RESULT)]) == [CompletionOutcome.STALE]
 
 
 def test_an_item_that_hangs_at_every_run_is_dead_lettered_after_max_attempts_not_looped(

@@ -29,9 +29,9 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.runner import RunnerSettings, Sidecar
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.old_release import PRE_FAILED, old_delivery
+from tests.service.finished import RESULT
 from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.procs import item, publish, run_until, tally
-from tests.service.sidecar.result import RESULT
 from tests.service.sidecar.unanswered import UnansweredReports, claim_fail_unanswered, unanswered_session
 
 # (it landed, its lease lapsed before the heartbeat): the one counter the lease ends in

@@ -21,9 +21,9 @@ from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.sidecar.resends import GIVE_UP_TTLS, REAPER_PASSES_S
 from service.sidecar.session import WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.lease_ends import ends_of
 from tests.service.sidecar.push_resends import KEPT_TTL_MS, kept_session
-from tests.service.sidecar.result import RESULT
 
 
 async def _beat_until_given_up(session: WorkerSession, within_s: float) -> float:

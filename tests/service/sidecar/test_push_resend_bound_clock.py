@@ -16,6 +16,7 @@ import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.push_resends import (
     CLOCK_TTL_S,
@@ -27,7 +28,6 @@ from tests.service.sidecar.push_resends import (
     kept_on_a_hand_clock,
     kept_session,
 )
-from tests.service.sidecar.result import RESULT
 
 
 def test_a_kept_completion_refused_while_redis_answers_is_given_up_at_two_ttls_and_two_passes(

@@ -23,7 +23,6 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.redis_conn import connect
 from service.settings import Settings
 from service.sidecar.holdings import Held, Holdings
@@ -31,11 +30,11 @@ from service.sidecar.session import WorkerSession
 from service.sidecar.session_settings import SessionSettings
 from tests.cluster import LocalCluster, partly_served, slot_of
 from tests.service.failover import TIMEOUT_S, copied, failed_over, on_dead, paced, restored
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
 TTL_MS = 30_000  # the lease's TTL: it lives through the test, so only the call's reach is measured
-RESULT = TrajectoryResult(output_tokens=5)
 
 
 @pytest.fixture

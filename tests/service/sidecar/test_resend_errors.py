@@ -20,8 +20,8 @@ from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.result import RESULT
 
 
 class _ReadOnly(Delivery):

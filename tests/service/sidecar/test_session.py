@@ -12,10 +12,11 @@ import redis
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.outcomes import ReleaseOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import DeliveryItem, PublishedSchedule, TrajectoryResult
+from service.delivery.records import DeliveryItem, PublishedSchedule
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.delivery.proxy import ReplyLosingProxy
+from tests.service.finished import RESULT
 
 
 def _items(worker: str, count: int, predicted: float) -> tuple[DeliveryItem, ...]:
@@ -150,7 +151,7 @@ def test_a_completion_in_a_schedule_gone_from_redis_forgets_its_lease_and_counts
     (held,) = asyncio.run(session.claim(16))
     redis_client.delete(*redis_client.keys("*gone*"))  # its retention passed while it ran
     with pytest.raises(UnknownScheduleError):
-        asyncio.run(session.complete(held, TrajectoryResult(5), keep_unanswered=True))
+        asyncio.run(session.complete(held, RESULT, keep_unanswered=True))
     assert len(session.holdings) == 0
     assert (session.stats.stale, session.stats.accepted) == (1, 0)
 

@@ -22,13 +22,11 @@ import redis
 
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.protocol import Delivery
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held, Holdings
 from service.sidecar.session import SessionSettings, SessionStats, WorkerSession
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 from tests.service.sidecar.unsent import EACH_REPORT, Report
-
-RESULT = TrajectoryResult(5)
 
 
 class _PausedCheck(Delivery):

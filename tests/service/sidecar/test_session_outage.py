@@ -22,8 +22,8 @@ from service.delivery.protocol import Delivery
 from service.embedded import EmbeddedServer
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
-from tests.service.sidecar.result import RESULT
 
 RETRYING = "redis unavailable during complete"  # the session's warning on a completion's first failure
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from service.delivery.outcomes import CompletionOutcome, ReleaseOutcome
-from service.delivery.records import TrajectoryResult
 from service.sidecar.holdings import Held
 from service.sidecar.session import WorkerSession
+from tests.service.finished import RESULT
 
 Report = Callable[[WorkerSession, Held], Coroutine[Any, Any, Any]]
 
 
 async def _complete(session: WorkerSession, held: Held) -> Any:
-    return await session.complete(held, TrajectoryResult(5))
+    return await session.complete(held, RESULT)
 
 
 async def _fail(session: WorkerSession, held: Held) -> Any:
