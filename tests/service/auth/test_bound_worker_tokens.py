@@ -7,7 +7,6 @@ a trainer token and an unbound (plain) worker token still report for any worker.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from typer.testing import CliRunner
 
 from service.auth.worker_tokens import WorkerToken, parse_worker_tokens, unbound_warning
 from service.client import SchedulerAPIError, SchedulerClient
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from service.settings import Settings
 from tests.service.api.badinput import redis_snapshot
 from tests.service.api_helpers import (
@@ -31,6 +30,7 @@ from tests.service.api_helpers import (
     bearer,
     with_settings,
 )
+from tests.service.step_workers import waited_while_worked
 
 W0, W1, NODE = "token-of-w0", "token-of-w1", "token-of-node"
 BOUND = f"w0={W0}, w1={W1}, w2={NODE}, w3={NODE}"  # a node agent's token bound to w2 and w3
@@ -142,14 +142,6 @@ def test_serve_warns_about_unbound_worker_tokens_only() -> None:
     assert "2 unbound" in warning
 
 
-def _work(delivery: Delivery, schedule_id: str, worker: str) -> None:
-    while leases := delivery.claim(schedule_id, worker, max_items=8):
-        for lease in leases:
-            delivery.complete(
-                lease, TrajectoryResult(output_tokens=100 + lease.item.sample_idx, wall_time_s=0.1)
-            )
-
-
 def test_the_step_loop_reports_every_worker_with_the_trainer_token_and_one_worker_only_with_its_own(
     live_settings: Settings, redis_client: redis.Redis
 ) -> None:
@@ -158,15 +150,7 @@ def test_the_step_loop_reports_every_worker_with_the_trainer_token_and_one_worke
     settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=BOUND)
     with LiveServer(settings) as server, SchedulerClient(server.url, token=TRAINER) as trainer:
         plan = trainer.schedule(batch_body(prompts=4, n=4, workers=2, policy="round_robin"))
-        delivery = Delivery(redis_client)
-        threads = [
-            threading.Thread(target=_work, args=(delivery, plan.schedule_id, w)) for w in plan.assignments
-        ]
-        for thread in threads:
-            thread.start()
-        finished = trainer.wait(plan.schedule_id, timeout_s=30, poll_ms=200)
-        for thread in threads:
-            thread.join()
+        finished = waited_while_worked(trainer, Delivery(redis_client), plan)
         lengths = {f"p{p}": 100 + 10 * p for p in range(4)}
         with SchedulerClient(server.url, token=W0) as worker:
             with pytest.raises(SchedulerAPIError) as refused:

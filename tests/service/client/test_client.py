@@ -15,20 +15,13 @@ import redis
 from service.api.progress_schemas import ResultEntry
 from service.client import SchedulerAPIError, SchedulerClient, ServiceUnreachableError, actual_from_result
 from service.client.wire import DEADLINE_HEADER
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from service.pipeline import deadline
 from service.ports import free_port
 from service.problems.details import MAX_ECHO
 from service.settings import Settings
 from tests.service.api_helpers import TRAINER, WORKER, LiveServer, actual_report, batch_body, with_settings
-
-
-def _work(delivery: Delivery, schedule_id: str, worker: str) -> None:
-    """A worker that claims its queue and completes each item with a length derived from its key."""
-    while leases := delivery.claim(schedule_id, worker, max_items=8):
-        for lease in leases:
-            tokens = 100 + lease.item.sample_idx
-            delivery.complete(lease, TrajectoryResult(output_tokens=tokens, output="ok", wall_time_s=0.1))
+from tests.service.step_workers import waited_while_worked, work_queue
 
 
 def test_a_trainer_submits_waits_for_results_and_reports_actuals(
@@ -37,15 +30,7 @@ def test_a_trainer_submits_waits_for_results_and_reports_actuals(
     settings = with_settings(live_settings, trainer_tokens=TRAINER, worker_tokens=WORKER)
     with LiveServer(settings) as server, SchedulerClient(server.url, token=TRAINER) as client:
         plan = client.schedule(batch_body(prompts=4, n=4, workers=2))
-        delivery = Delivery(redis_client)
-        workers = [
-            threading.Thread(target=_work, args=(delivery, plan.schedule_id, w)) for w in plan.assignments
-        ]
-        for thread in workers:
-            thread.start()
-        finished = client.wait(plan.schedule_id, timeout_s=30, poll_ms=200)
-        for thread in workers:
-            thread.join()
+        finished = waited_while_worked(client, Delivery(redis_client), plan)
         assert finished.progress.done == 16
         assert sorted(r.key for r in finished.results) == sorted(
             f"p{p}#{s}" for p in range(4) for s in range(4)
@@ -74,7 +59,7 @@ def test_waiting_outlasts_a_service_restart_in_the_middle_of_the_step(
         time.sleep(1.0)
         restarted.append(LiveServer(live_settings, port=first.port).__enter__())
         for worker in plan.assignments:
-            _work(Delivery(redis_client), plan.schedule_id, worker)
+            work_queue(Delivery(redis_client), plan.schedule_id, worker)
 
     restarted: list[LiveServer] = []
     helper = threading.Thread(target=restart_then_work)
@@ -135,7 +120,7 @@ def test_a_poll_longer_than_the_service_s_longest_long_poll_still_waits(
     with LiveServer(live_settings) as server, SchedulerClient(server.url) as client:
         plan = client.schedule(batch_body(prompts=1, n=1, workers=1))
         (worker,) = plan.assignments
-        later = threading.Timer(0.5, _work, args=(Delivery(redis_client), plan.schedule_id, worker))
+        later = threading.Timer(0.5, work_queue, args=(Delivery(redis_client), plan.schedule_id, worker))
         later.start()
         try:
             finished = client.wait(plan.schedule_id, timeout_s=60, poll_ms=60_000)
