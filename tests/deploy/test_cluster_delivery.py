@@ -21,7 +21,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from service.delivery.keys import sidecar_presence
 from service.delivery.reaper import reap_all
 from service.sidecar.holdings import Holdings
@@ -48,6 +48,7 @@ from tests.service.delivery import (
 )
 from tests.service.delivery.audit import audit
 from tests.service.delivery.conftest import schedule
+from tests.service.finished import RESULT
 from tests.service.sidecar.procs import claimed_by_a_killed_sidecar
 
 # The single-node behaviour suite, collected again in this module with the cluster fixtures below: every
@@ -78,8 +79,6 @@ globals().update(
         )
     }
 )
-
-RESULT = TrajectoryResult(output_tokens=64, finish_reason="stop", wall_time_s=0.01, output="ok")
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,12 @@ from typing import Any, cast
 import pytest
 import redis
 
-from service.delivery import CompletionOutcome, Delivery, TrajectoryResult
+from service.delivery import CompletionOutcome, Delivery
 from tests.cluster import LocalCluster
 from tests.deploy.reshard import Reshard
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import schedule
-
-RESULT = TrajectoryResult(output_tokens=8, finish_reason="stop", wall_time_s=0.01, output="ok")
+from tests.service.finished import RESULT
 
 
 @pytest.fixture(scope="module")

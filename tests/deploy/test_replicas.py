@@ -20,17 +20,17 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from service.delivery import Delivery, TrajectoryResult
+from service.delivery import Delivery
 from service.delivery.keys import schedule_keys
 from tests.cluster import LocalCluster
 from tests.deploy.replicas import Replica
 from tests.service.delivery.audit import audit
+from tests.service.finished import RESULT
 
 WORKERS = ("h100-0", "h100-1", "ascend-0", "ascend-1")
 EXAMPLE_BATCH = Path(__file__).resolve().parents[2] / "deploy" / "example-batch.json"
 PROMPTS, SAMPLES = 12, 4  # 48 trajectories per schedule
 POSTS_PER_THREAD, THREADS_PER_REPLICA = 3, 2
-RESULT = TrajectoryResult(output_tokens=100, finish_reason="stop", wall_time_s=0.1, output="ok")
 
 
 def batch(step: int) -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""A worker's report of one finished trajectory, as the delivery, api, client and sidecar tests send it.
+"""A worker's report of one finished trajectory, as the delivery, api, client, sidecar and deploy tests
+send it.
 
 Most of those tests complete a lease to see what the service does with the completion (accepted,
 stale, a duplicate, counted, paged) and read none of the result's fields: ``RESULT`` is that one
-report, where some forty test modules each wrote their own (77 tokens here, 64 or 5 there, none of it
-read). A test whose point is a field (an output of a given size, a reward, extras, a length the
-trainer reads back) builds its report with ``finished_with``, naming that field, so the value the test is
-about stands in the test and the rest is this module's.
+report, where each of some forty test modules wrote its own (77 tokens here, 64 or 5 there, none of
+it read). A test whose point is a field (an output of a given size, a reward, extras, a length the
+trainer reads back) builds its report with ``finished_with``, naming that field, so the value the
+test is about stands in the test and the rest is this module's.
 """
 
 from __future__ import annotations
