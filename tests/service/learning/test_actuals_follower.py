@@ -38,6 +38,18 @@ def _until_rows(models: ModelService, rows: int) -> None:
         time.sleep(0.05)
 
 
+def _warms_recorded(
+    redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ActualsLog, ModelService, list[int]]:
+    """A model service on the actuals stream whose warms of a next step are recorded, not run: the
+    stream, the service and the steps it asked to warm (two tests staged it alike)."""
+    log = ActualsLog(redis_client, 1000)
+    models = ModelService(ModelStore(tmp_path / "models"), log)
+    warmed: list[int] = []
+    monkeypatch.setattr(models, "warm_later", warmed.append)
+    return log, models, warmed
+
+
 def test_actuals_another_replica_took_are_folded_here_before_any_request(make_client: AppFactory) -> None:
     took, other = make_client(), make_client()
     assert took.post("/actuals", json={"actuals": REPORTS}).status_code == 200
@@ -60,10 +72,7 @@ def test_the_followers_fold_predicts_as_the_requests_own_fold(make_client: AppFa
 def test_a_follow_reads_nothing_more_until_the_stream_moves(
     redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = ActualsLog(redis_client, 1000)
-    models = ModelService(ModelStore(tmp_path / "models"), log)
-    warmed: list[int] = []
-    monkeypatch.setattr(models, "warm_later", warmed.append)
+    log, models, warmed = _warms_recorded(redis_client, tmp_path, monkeypatch)
     assert models.follow() == 0  # an empty stream
     log.append([ActualReport.model_validate(r) for r in REPORTS])
     assert models.follow() == len(REPORTS)
@@ -98,10 +107,7 @@ def test_a_follow_that_folds_nothing_new_warms_nothing(
     redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The stream moved by an entry that does not read: nothing folded, no next step to warm (mutants14)."""
-    log = ActualsLog(redis_client, 1000)
-    models = ModelService(ModelStore(tmp_path / "models"), log)
-    warmed: list[int] = []
-    monkeypatch.setattr(models, "warm_later", warmed.append)
+    log, models, warmed = _warms_recorded(redis_client, tmp_path, monkeypatch)
     log.append([ActualReport.model_validate(r) for r in REPORTS])
     assert models.follow() == len(REPORTS)
     redis_client.xadd(log.key, {"a": "not a report"})
