@@ -31,6 +31,8 @@ NOT_CODE: dict[str, str] = {
     "tests/service/sidecar/test_stop_signals_inherited.py": "review48a's section of docs/experiments.md "
     "(history, not edited) names the test ci59b folded into test_stop_signals_in_process.py, each of "
     "whose tests now also runs with SIGINT ignored as found (``_sigint_as_started``)",
+    "tests/service/sidecar/result.py": "tidy58's section of docs/experiments.md (history, not edited) "
+    "names the sidecar tests' RESULT module, which dups59 moved up to tests/service/finished.py",
 }
 
 
