@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 from _pytest.assertion.rewrite import _read_pyc
+from xdist import plugin as xdist_plugin
 
-from tests.rewrite_ahead import cached_pyc, modules_under, rewrite_ahead
+from tests.rewrite_ahead import (
+    cached_pyc,
+    is_xdist_controller,
+    modules_to_rewrite,
+    modules_under,
+    rewrite_ahead,
+)
+
+pytest_plugins = ("pytester",)
 
 
 def _failing_modules(folder: Path, count: int) -> list[Path]:
@@ -85,6 +94,15 @@ def test_nothing_is_written_where_pytest_does_not_rewrite_asserts(
     assert not cached_pyc(one).exists()
 
 
+def test_a_module_whose_cache_cannot_be_written_is_not_counted_as_written(
+    pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    one, *_ = _failing_modules(tmp_path, 1)
+    (cached_pyc(one) / "taken").mkdir(parents=True)  # a folder where the cache file goes
+    assert rewrite_ahead(pytestconfig, [one]) == 0  # pytest's own import rewrites it, as before
+
+
 def test_the_modules_are_those_pytest_rewrites_by_name_test_files_and_conftests(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
     for name in ("test_a.py", "b_test.py", "conftest.py", "helper.py", "__init__.py"):
@@ -98,3 +116,32 @@ def test_the_modules_are_those_pytest_rewrites_by_name_test_files_and_conftests(
         "pkg/test_a.py",
         "test_top.py",
     ]
+
+
+def _parsed(pytester: pytest.Pytester, *args: str) -> pytest.Config:
+    """The config of a pytest run given ``args``, as xdist's command-line hook leaves it (``-n`` sets
+    the distribution mode and the workers' gateways there, after parsing)."""
+    config = pytester.parseconfig(*args)
+    xdist_plugin.pytest_cmdline_main(config)
+    return config
+
+
+def test_only_the_process_that_hands_tests_to_xdist_workers_rewrites_ahead(pytester: pytest.Pytester) -> None:
+    assert is_xdist_controller(_parsed(pytester, "-n", "2"))
+    assert is_xdist_controller(_parsed(pytester, "-n", "2", "--dist", "loadscope"))
+    assert not is_xdist_controller(_parsed(pytester))  # one process: pytest rewrites as it imports
+    assert not is_xdist_controller(_parsed(pytester, "-n", "0"))
+    assert not is_xdist_controller(_parsed(pytester, "--dist", "loadscope"))  # no workers to hand them to
+    worker = _parsed(pytester, "-n", "2")
+    worker.workerinput = {"workerid": "gw0"}  # type: ignore[attr-defined]  # as xdist marks its workers
+    assert not is_xdist_controller(worker)
+
+
+def test_the_modules_of_a_run_are_those_under_the_paths_it_names_a_test_id_naming_its_file(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(**{"pkg/test_a": "", "pkg/helper": "", "other/test_b": "", "test_c": ""})
+    config = _parsed(pytester, "-n", "2", "pkg", "test_c.py::test_x")
+    found = modules_to_rewrite(config)
+    named = [p.relative_to(pytester.path.resolve()).as_posix() for p in found]
+    assert named == ["pkg/test_a.py", "test_c.py"]

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from predictors.tracetable import Trace
+from scheduler.trace import TraceRow
 from service.bench import report as benchreport
 from service.bench.report import BenchSection, replace_section
+from service.replay.harness import ORACLE, ReplayConfig, replay
+from service.workerspec import parse_workers
 
 
 def test_a_new_section_is_appended_under_its_heading() -> None:
@@ -128,3 +132,26 @@ def test_a_rewritten_report_keeps_its_permissions(
     assert benchreport.main(["--out", str(out)]) == 0
     assert "<!-- demo:begin -->" in out.read_text()
     assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+def test_the_bound_gap_sentence_gives_oracles_figures_then_cpsats_the_kv_use_as_the_kv_held() -> None:
+    """docs/benchmarks.md's "Where the bound gap comes from", on a replay small enough for a test: 16
+    trajectories of 8,000-token prompts under 14b, whose lengths at step 1 are not those of step 0,
+    so cpsat (planned on the predictions) holds less of the KV than oracle (the true lengths)."""
+    pool = parse_workers("1xH100,1xAscend910B", model="14b")
+    rows = [
+        TraceRow(step, f"q{i}", 0, 8_000, 1_000 + ((i + 5 * step) * 3_677) % 12_000)
+        for step in (0, 1)
+        for i in range(16)
+    ]
+    policies = ("round_robin", "least_loaded", "cpsat", ORACLE)
+    report = replay(Trace.from_rows(rows), ReplayConfig(pool, policies, (1,), time_budget_s=0.2))
+    oracle, cpsat = report.summary(True)[ORACLE], report.summary(True)["cpsat"]
+    assert f"{oracle.kv_use:.0%}" != f"{cpsat.kv_use:.0%}"  # the sentence can tell whose figure it gives
+    sentence = next(line for line in benchreport._targets(report, True, "demo") if line.startswith("Where"))
+    assert (
+        f"oracle (cpsat on the true lengths) runs at {oracle.ratio_to_lower_bound:.3f}x the bound with "
+        f"{oracle.kv_use:.0%} of the pool's KV cache in use on average (cpsat: {cpsat.kv_use:.0%}; "
+        "the KV held, see docs/replay.md), and "
+        f"{oracle.preemptions:,} preemptions (cpsat: {cpsat.preemptions:,})"
+    ) in sentence

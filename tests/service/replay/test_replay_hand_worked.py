@@ -20,9 +20,11 @@ import pytest
 
 from predictors.tracetable import Trace
 from scheduler.costmodel import WorkerCost, worker_cost
+from scheduler.simulator import SimResult
 from scheduler.trace import TraceRow
 from service.replay.harness import ReplayConfig, ReplayReport, replay
 from service.replay.report import COLUMNS, headline, table_rows
+from service.replay.workers import worker_rows
 from service.workerspec import parse_workers
 
 POOL = parse_workers("1xH100:1,1xAscend910B:1", model="7b")
@@ -46,6 +48,13 @@ def report() -> ReplayReport:
 def _alone(cost: WorkerCost) -> float:
     """One trajectory alone on a worker: its prefill, then every decode step at one sequence."""
     return cost.prefill_time(PROMPT) + sum(cost.step_time(1, PROMPT + k) for k in range(OUTPUT))
+
+
+def _held_alone(cost: WorkerCost) -> float:
+    """The KV one trajectory alone holds, in token-seconds: its prompt over the prefill, then
+    ``PROMPT + k`` tokens over decode step ``k``."""
+    steps = sum((PROMPT + k) * cost.step_time(1, PROMPT + k) for k in range(OUTPUT))
+    return PROMPT * cost.prefill_time(PROMPT) + steps
 
 
 def test_round_robin_on_one_slot_each_ends_at_three_runs_of_the_slower_worker(report: ReplayReport) -> None:
@@ -140,12 +149,46 @@ def test_the_table_shows_every_figure_the_json_gives_each_policy(report: ReplayR
     assert steals["round_robin"] == ("1" if steal else "0")
 
 
+def _many(result: SimResult) -> SimResult:
+    """``result`` with 12,345 evictions and 1,234 steals."""
+    return dataclasses.replace(result, preemptions=12_345, steals=1_234)
+
+
+def test_the_tables_evictions_and_steals_in_thousands_are_written_as_its_other_figures(
+    report: ReplayReport,
+) -> None:
+    # a replay of the real traces evicts thousands of times: 12,345 as the makespans and tokens/s
+    # write their thousands, not 12345
+    step = report.steps[0]
+    runs = {key: dataclasses.replace(run, result=_many(run.result)) for key, run in step.runs.items()}
+    many = dataclasses.replace(report, steps=(dataclasses.replace(step, runs=runs),))
+    for steal in (False, True):
+        for row in table_rows(many, steal):
+            assert (row[COLUMNS.index("preempted")], row[COLUMNS.index("steals")]) == ("12,345", "1,234")
+
+
 def test_the_headline_counts_the_steps_it_names(report: ReplayReport) -> None:
     # A one-step replay was titled "steps 1: 6 trajectories ...", as docs/benchmarks.md's real-data
     # tables still read.
     one = dataclasses.replace(report, steps=report.steps[:1])
     assert headline(one, True).startswith("step 1: 6 trajectories on 1xH100:1,1xAscend910B:1 (7b), ")
     assert headline(report, True).startswith("steps 1, 2: 10 trajectories on ")
+
+
+def test_kv_use_is_the_kv_each_worker_held_over_its_cache_and_the_time(report: ReplayReport) -> None:
+    """Round robin runs three trajectories one after another on each worker: each worker holds three
+    times one trajectory's KV; its row's KV use is that over its cache and its finish, the pool's is
+    both workers' over the pool's cache and the makespan."""
+    costs = [worker_cost(w, POOL.model) for w in POOL.workers]
+    step = report.steps[0]
+    run = step.runs[("round_robin", False)]
+    held = [3 * _held_alone(cost) for cost in costs]
+    assert list(run.result.worker_kv_token_s.values()) == pytest.approx(held, rel=1e-9)
+    rows = worker_rows(step, "round_robin", False, POOL)
+    for row, cost, kv in zip(rows, costs, held, strict=True):
+        assert row.kv_use == pytest.approx(kv / (cost.kv_capacity_tokens * 3 * _alone(cost)), rel=1e-9)
+    capacity = sum(cost.kv_capacity_tokens for cost in costs)
+    assert run.kv_use == pytest.approx(sum(held) / (capacity * 3 * _alone(costs[1])), rel=1e-9)
 
 
 def test_kv_use_stays_a_share_of_the_cache_on_a_step_that_evicts() -> None:
