@@ -15,14 +15,33 @@ from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, Unit, build_problem, longest_first, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
+# Built once a module, by the identity of what they are built from (kept here, so no id is reused):
+# each case's problem and band model serve its ten scan and loop tests (five rounds each), which
+# placed the same problem on the same bands again in every test and both of each test's placements.
+_PROBLEMS: dict[int, tuple[PlanRequest, Problem]] = {}
+_BANDS: dict[int, tuple[Problem, tuple[LevelPlan, list[int], list[int]]]] = {}
+
+
+def _problem(request: PlanRequest) -> Problem:
+    """``build_problem(request)``, once a module for each request (a problem is only read by the
+    placements: both placements of a test already shared one)."""
+    held = _PROBLEMS.get(id(request))
+    if held is None or held[0] is not request:
+        held = _PROBLEMS[id(request)] = (request, build_problem(request))
+    return held[1]
+
 
 def _banded(problem: Problem) -> tuple[LevelPlan, list[int], list[int]]:
     """The band model of ``problem`` as cpsat's rounds start from it: its levels, each worker's tier
-    and each unit's band."""
-    kinds = worker_kinds(problem.costs, problem.active)
-    levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
-    assert levels is not None
-    return levels, levels.tiers(kinds, len(problem.costs)), bands_of(problem.units, levels.edges)
+    and each unit's band (solved once a module for each problem; the lists are only read)."""
+    held = _BANDS.get(id(problem))
+    if held is None or held[0] is not problem:
+        kinds = worker_kinds(problem.costs, problem.active)
+        levels = solve_levels(problem.units, [(problem.costs[m[0]], len(m)) for m in kinds], 2_000.0, 5.0, 0)
+        assert levels is not None
+        model = levels, levels.tiers(kinds, len(problem.costs)), bands_of(problem.units, levels.edges)
+        held = _BANDS[id(problem)] = (problem, model)
+    return held[1]
 
 
 def _tiered(problem: Problem, scaled: bool, capped: bool = False, waves: bool = False) -> list[list[int]]:
@@ -74,7 +93,7 @@ def test_the_ordered_scan_places_every_unit_where_scanning_every_heap_would(
 ) -> None:
     """In every round, the capped ones too: there the units set aside come in a second pass,
     longest first again, so bands rise once and the scan's heaps must follow them up."""
-    problem = build_problem(request_)
+    problem = _problem(request_)
     ordered = _tiered(problem, *variant)
     monkeypatch.setattr(listsched, "ORDERED_SCAN", False)
     assert ordered == _tiered(problem, *variant)
@@ -200,7 +219,7 @@ def test_the_fused_loop_places_every_unit_where_the_methods_would(
 ) -> None:
     """``listrun``'s inline step (ordered scan, lowest band, placement, parking) is the methods'
     computation written out: the same worker for every unit, in every round cpsat runs."""
-    problem = build_problem(request_)
+    problem = _problem(request_)
     fused = _tiered(problem, *variant)
     monkeypatch.setattr(listrun, "FUSED", False)
     assert fused == _tiered(problem, *variant)
