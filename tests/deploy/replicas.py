@@ -21,6 +21,9 @@ from tests.service.polling import poller
 TRAINER_TOKEN = "replica-trainer-token"
 WORKER_TOKEN = "replica-worker-token"
 SERVE = (sys.executable, "-c", "from service.cli import main; main()", "serve")
+# A bound against never, not a speed: a start is ~2.5 CPU-s of imports and loading, and two replicas
+# start at once; at a load of ~20 on 2 cores (other suites beside this one) 60 s was once not enough.
+READY_S = 120.0
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Replica:
         """Base URL of this replica."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 60.0) -> Replica:
+    def start(self, timeout_s: float = READY_S) -> Replica:
         """Launch the process and block until it is ready; raise with its log tail if it is not."""
         return self.launch().wait_ready(timeout_s)
 
@@ -56,27 +59,25 @@ class Replica:
         self._proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         return self
 
-    def wait_ready(self, timeout_s: float = 60.0) -> Replica:
+    def wait_ready(self, timeout_s: float = READY_S) -> Replica:
         """Block until ``/readyz`` answers 200 (Redis reachable, predictor loaded)."""
-        assert self._proc is not None, "launch() first"
-        deadline = time.monotonic() + timeout_s
+        proc = self._proc
+        assert proc is not None, "launch() first"
+        deadline, said = time.monotonic() + timeout_s, "not asked"
         with poller(1.0) as client:  # not httpx.get per ask: ~34 ms of CPU each (tests.service.polling)
             while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited: {self._stderr()}")
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited: {_stderr(proc)}")
                 try:
-                    if client.get(f"{self.url}/readyz").status_code == 200:
+                    last = client.get(f"{self.url}/readyz")
+                    if last.status_code == 200:
                         return self
-                except httpx.TransportError:
-                    pass
+                    said = f"/readyz {last.status_code}: {last.text[:300]}"
+                except httpx.TransportError as error:
+                    said = f"/readyz unanswered: {error!r}"
                 time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.name} not ready in {timeout_s}s: {self._stderr()}")
-
-    def _stderr(self) -> str:
-        if self._proc is None or self._proc.stderr is None or self._proc.poll() is None:
-            return ""
-        return self._proc.stderr.read().decode(errors="replace")[-2000:]
+        self.stop()  # stopped first: its stderr is read to the end once it has exited
+        raise RuntimeError(f"{self.name} not ready in {timeout_s}s ({said}); its stderr: {_stderr(proc)}")
 
     @property
     def alive(self) -> bool:
@@ -99,3 +100,10 @@ class Replica:
         """An HTTP client with the trainer token (planning takes a while on 2 shared cores)."""
         headers = {"Authorization": f"Bearer {TRAINER_TOKEN}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    """The tail of an exited process's stderr ("" while it runs: a read would wait for its end)."""
+    if proc.stderr is None or proc.poll() is None:
+        return ""
+    return proc.stderr.read().decode(errors="replace")[-2000:]

@@ -75,8 +75,11 @@ def replicas(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """Two replicas sharing Redis and the model store, as two pods do; started once per backend.
 
     Starting one costs seconds of imports on 2 cores, so the tests of a backend share them; the
-    replica-down test stops replica-a, so it runs last.
+    replica-down test stops replica-a, so it runs last. Redis is emptied first: the single server is
+    the worker's session one, and a replica's start reads and folds whatever actuals stream the
+    worker's earlier modules left under the default prefix.
     """
+    backend.flush()
     root = tmp_path_factory.mktemp("replicas")
     started = [
         Replica(name, backend.url, root / "models", cluster=backend.cluster).launch()
