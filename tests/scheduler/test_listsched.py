@@ -16,8 +16,10 @@ from scheduler.policies.problem import Problem, Unit, build_problem, longest_fir
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 # Built once a module, by the identity of what they are built from (kept here, so no id is reused):
-# each case's problem and band model serve its ten scan and loop tests (five rounds each), which
-# placed the same problem on the same bands again in every test and both of each test's placements.
+# each case's problem and band model serve its ten scan and loop tests (five rounds each) and the
+# tests of one bench request, which built the same problem and solved its bands again in every test
+# and for both of each test's placements. No placement writes to them (no memo of ``Problem``'s is
+# read or written by the list scheduling).
 _PROBLEMS: dict[int, tuple[PlanRequest, Problem]] = {}
 _BANDS: dict[int, tuple[Problem, tuple[LevelPlan, list[int], list[int]]]] = {}
 
@@ -101,7 +103,7 @@ def test_the_ordered_scan_places_every_unit_where_scanning_every_heap_would(
 
 def test_a_parked_worker_is_one_the_unit_being_placed_could_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parking hides workers from the scan; it must only ever hide workers the scan would pass over."""
-    problem = build_problem(bench_request(16_384, 128, seed=0))
+    problem = _problem(WIDER["16384x128-s0"])  # bench_request(16_384, 128, seed=0)
     hidden: list[int] = []
     best_worker = listsched.ListState.best_worker
 
@@ -154,7 +156,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
 ) -> None:
     """cpsat's second round: a unit shorter than half the longest waits when its best worker would
     end past the cap; every unit placed in turn keeps its worker under it (or is long)."""
-    problem = build_problem(bench_request(4_096, 32, seed=0))
+    problem = _problem(CASES["4096x32-s0"])  # bench_request(4_096, 32, seed=0)
     levels, tiers, band = _banded(problem)
     cap_s = levels.makespan_s * 0.9  # low enough that long units pass it too (they never wait)
     placed: list[tuple[int, float]] = []
@@ -184,7 +186,7 @@ def test_with_a_cap_the_short_units_that_would_pass_it_are_placed_after_all_othe
 def test_a_problem_ranks_its_units_longest_first_and_knows_when_none_is_restricted(
     request_: PlanRequest,
 ) -> None:
-    problem = build_problem(request_)
+    problem = _problem(request_)
     assert list(problem.ranked) == longest_first(problem.units)
     assert problem.unrestricted == all(len(u.allowed) == len(problem.active) for u in problem.units)
     # a problem built without them (a sub-problem) places exactly as one built with them
@@ -195,7 +197,7 @@ def test_a_problem_ranks_its_units_longest_first_and_knows_when_none_is_restrict
 def test_the_scan_reads_each_joined_heaps_live_top_once_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scan walks ``meta`` without popping or skipping, so after every placement it must hold
     exactly one entry per joined heap with a live top, that top, sorted."""
-    problem = build_problem(bench_request(4_096, 32, seed=0))
+    problem = _problem(CASES["4096x32-s0"])  # bench_request(4_096, 32, seed=0)
     checked: list[int] = []
     place = listsched.ListState.place
 
@@ -280,7 +282,7 @@ def test_the_fused_loop_chooses_as_the_methods_do_where_tops_do_not_fit(
 
 @pytest.mark.parametrize("request_", CASES.values(), ids=CASES.keys())
 def test_each_units_band_is_band_of_its_steps(request_: PlanRequest) -> None:
-    problem = build_problem(request_)
+    problem = _problem(request_)
     edges = (0, 2_000, 9_000, 9_001, 20_000)  # the longest units past the last edge: the last band
     assert bands_of(problem.units, edges) == [band_of(unit.steps, edges) for unit in problem.units]
 
@@ -288,7 +290,7 @@ def test_each_units_band_is_band_of_its_steps(request_: PlanRequest) -> None:
 def test_in_a_capped_round_no_unit_set_aside_goes_below_its_band() -> None:
     """The units the cap sets aside are placed last, longest first again: each still goes to a worker
     at its band or above, like every other unit (2,048 x 64 seed 2 put 44 of them a tier too low)."""
-    problem = build_problem(bench_request(2_048, 64, seed=2))
+    problem = _problem(CASES["2048x64-s2"])  # bench_request(2_048, 64, seed=2)
     levels, tiers, bands = _banded(problem)
     assert max(bands) <= max(tiers)  # a worker at or above every unit's band exists
     queues = lpt_assignment(problem, tiers, bands, cap_s=0.9 * levels.makespan_s)
