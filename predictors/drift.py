@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.special as sc  # t.ppf's own stdtrit: scipy.stats took ~0.8 s of every serve start
 
 from predictors.features import base_length
 from predictors.promptprior import PriorRows
@@ -92,6 +91,15 @@ def gap_drift(stats: PromptStats, gap: FloatArray, step: int) -> GapDrift:
     return GapDrift(drift, spread)
 
 
+def prepare() -> None:
+    """Import what a drift's spread needs (``scipy.special``'s ``stdtrit``, the Student t quantile),
+    once a model is there to predict with: only a model's predictions read the drift in serving
+    (``LengthPredictor``, which calls this as it takes one), so a replica without one starts without
+    scipy.special (~0.3-0.5 CPU-s of every ``serve`` start, helper ci59a), and one with a model imports
+    it with the model's load (~0.1 s past LightGBM's own imports), not in its first prediction."""
+    import scipy.special  # noqa: F401  (kept in sys.modules: ``_level_slopes`` reads it from there)
+
+
 def projected(
     prior: PriorRows, stats: PromptStats, positions: IntArray, step: int, fitted_longest: int | None = None
 ) -> tuple[FloatArray, FloatArray]:
@@ -129,7 +137,9 @@ def _level_slopes(stats: PromptStats, gap: FloatArray, step: int) -> tuple[Float
     newest = np.searchsorted(ago[::-1], reach, side="right")  # steps each gap's fit spans, newest first
     slope, se, dof = _suffix_slopes(ago[-1] - ago, levels - levels[-1], newest)
     shrunk = np.maximum(slope, 0.0) * np.maximum(0.0, 1.0 - se**2 / np.maximum(slope**2, 1e-300))
-    error = np.where(dof > 0, se * sc.stdtrit(np.maximum(dof, 1), 0.9), 0.0)
+    from scipy.special import stdtrit  # t.ppf's own: scipy.stats took ~0.8 s of every serve start
+
+    error = np.where(dof > 0, se * stdtrit(np.maximum(dof, 1), 0.9), 0.0)
     return shrunk[inverse.ravel()], error[inverse.ravel()]
 
 

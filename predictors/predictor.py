@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictors.censored import raise_censored
-from predictors.drift import projected, widened_p90
+from predictors.drift import prepare, projected, widened_p90
 from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prompt_mean
 from predictors.features import build_features, distinct_queries
 from predictors.history import History
@@ -67,6 +67,8 @@ class LengthPredictor:
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
         self._global_prior_cache: tuple[tuple[int, int, int], GlobalPrior, float] | None = None
+        if model is not None:
+            prepare()  # a model's predictions read the drift (``predictors.drift.prepare``)
 
     @property
     def history(self) -> History:
@@ -97,6 +99,8 @@ class LengthPredictor:
     def use_model(self, model: FittedModel | None, version: int | None = None, stamp: str = "") -> None:
         """Swap the model atomically; calls already running finish with the one they started with.
         ``stamp`` is the store's (``ModelStore.stamp``), so ``reload`` knows the version it holds."""
+        if model is not None:
+            prepare()  # a model's predictions read the drift (``predictors.drift.prepare``)
         with self._lock:
             self._model, self._version, self._stamp = model, version, stamp
 

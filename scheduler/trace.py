@@ -64,6 +64,16 @@ def says_length(finish_reason: str | None) -> bool:
     return finish_reason is None or finish_reason in FINISH_REASONS
 
 
+def result_says_length(finish_reason: str, output_tokens: int) -> bool:
+    """Whether a stored result says something of length: it stopped or hit its cap (``says_length``),
+    with a token out. One that does not is reported by no client (``service.client.actuals``), so an
+    asked-for retrain takes such a trajectory as settled without an actual
+    (``service.learning.step_over``). No entry takes an output of no token with either reason now
+    (``output_length``); one stored before says nothing. Here, not in the client's package, so that
+    ``serve`` reads it without importing the client's HTTP side (httpx, ~0.2 s of every start)."""
+    return says_length(finish_reason) and output_tokens >= MINIMUM["output_tokens"]
+
+
 def actual_finish(finish_reason: str | None) -> str | None:
     """``finish_reason`` of an actual (``says_length``), or a ``ValueError`` in ``NO_LENGTH``'s words."""
     if not says_length(finish_reason):

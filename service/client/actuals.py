@@ -15,7 +15,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler import trace
-from scheduler.trace import MINIMUM
 from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.api.progress_schemas import ResultEntry
 from service.api.schemas import MAX_COUNT
@@ -90,13 +89,11 @@ def actual_from_result(
 
 
 def says_length(finish_reason: str, output_tokens: int) -> bool:
-    """Whether a result says something of length: it stopped or hit its cap, with a token out. One
-    that does not is reported by no client (``actual_from_result``), so an asked-for retrain takes
-    such a trajectory as settled without an actual (``service.learning.step_over``). No entry takes
-    an output of no token with either reason now (``scheduler.trace.output_length``); one stored
-    before says nothing. Which reasons say a length is ``scheduler.trace.says_length``'s rule, which
-    the trace format and ``POST /actuals`` refuse the others by."""
-    return trace.says_length(finish_reason) and output_tokens >= MINIMUM["output_tokens"]
+    """Whether a result says something of length, so a client reports it: it stopped or hit its cap,
+    with a token out (``scheduler.trace.result_says_length``, the rule the service's retrain reads
+    too). Which reasons say a length is ``scheduler.trace.says_length``'s rule, which the trace format
+    and ``POST /actuals`` refuse the others by."""
+    return trace.result_says_length(finish_reason, output_tokens)
 
 
 def _parts(entry: ResultEntry) -> tuple[str, int]:

@@ -12,7 +12,7 @@ the step, its delivery keys say whether it is over. The history's last step is o
 2. each schedule they name, and each the step's set lists (``keys.step_schedules``: the pipeline adds
    every schedule of a step to it once published), has each trajectory reported, but those
    that ended with no result (dead-lettered or cancelled) and those whose result says nothing of
-   length (``service.client.actuals.says_length``: no client reports one). Trajectories, not counts:
+   length (``scheduler.trace.result_says_length``: no client reports one). Trajectories, not counts:
    the actuals' keys against the schedule's ``P:st``, so a report of a cancelled trajectory
    (``partial``) does not stand in for a done one. A schedule whose keys are gone (the retention
    passed) is not known to be over; one withdrawn
@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from predictors.tracetable import Trace
+from scheduler.trace import result_says_length
 from scheduler.types import trajectory_key
-from service.client.actuals import says_length
 from service.delivery import keys as keyspace
 from service.delivery.indexes import PLANNING_NOW
 from service.delivery.views import DeliveryViews, text
@@ -195,7 +195,8 @@ def _deadline(record: str) -> int:
 
 def _said_nothing(delivery: DeliveryViews, schedule: str, left: dict[str, int]) -> bool:
     """Whether each of ``left``, done trajectories of ``schedule`` no actual reports (with their
-    ``_deadline``), has a result that says nothing of length, which no client reports (``says_length``).
+    ``_deadline``), has a result that says nothing of length, which no client reports
+    (``result_says_length``).
 
     Each is looked for on its own, the newest first, from its ``_deadline`` down to its result: the
     millisecond its result was stamped (what the completion calls of that millisecond accepted: a
@@ -265,6 +266,6 @@ def _says_length(stored: object) -> bool:
     be read is taken to (a client would report or refuse it, not pass it over)."""
     try:
         data = json.loads(text(stored))
-        return says_length(str(data.get("finish_reason", "stop")), int(data["output_tokens"]))
+        return result_says_length(str(data.get("finish_reason", "stop")), int(data["output_tokens"]))
     except (ValueError, TypeError, KeyError, AttributeError):
         return True

@@ -4,23 +4,60 @@
 scipy.stats (~0.8 s on the 2-core dev host, of ~3.9 s for the whole app) came in through
 ``predictors/drift.py`` for one Student t quantile, which ``scipy.special`` gives to the bit (helper
 ci53, docs/experiments.md). ``predictors/evaluate.py`` keeps scipy.stats: serving never imports it.
+scipy.special itself (~0.3-0.5 CPU-s a start) is read only by a model's predictions: it comes with
+the model's load (``predictors.drift.prepare``), not in a replica without one nor in the first
+prediction of one with a model. httpx (~0.2 s with what it imports) is the trainers' client's, which
+the service's retrain read one rule of (``scheduler.trace.result_says_length``): helper ci59a.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
-LOADED = 'import sys, service.app; print(" ".join(sorted(m for m in {modules} if m in sys.modules)))'
+from predictors.history import History
+from predictors.model import fit
+from predictors.store import ModelStore
+from tests.predictors.helpers import FAST, drifting_trace
+
+HEAVY = ("scipy.stats", "predictors.evaluate", "scipy.special", "httpx")
+# the app imported, then a model loaded from a store as a replica's start or reload loads it
+PROBE = """
+import json, sys
+import service.app
+loaded = sorted(m for m in {heavy} if m in sys.modules)
+from predictors.predictor import LengthPredictor
+from predictors.store import ModelStore
+took = LengthPredictor().reload(ModelStore(sys.argv[1]))
+print(json.dumps({{"app": loaded, "took_model": took, "special": "scipy.special" in sys.modules}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What one process has loaded once it imported ``service.app``, and once it then took a model."""
+    store = tmp_path_factory.mktemp("models")
+    trace = drifting_trace()
+    ModelStore(store).save(fit(History(trace.take(trace.step < 3)), FAST))
+    code = PROBE.format(heavy=HEAVY)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(store)], capture_output=True, text=True, timeout=120, check=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 @pytest.mark.timeout(120)
-def test_the_service_app_loads_no_scipy_stats_and_no_offline_evaluation() -> None:
-    heavy = {"scipy.stats", "predictors.evaluate"}
-    code = LOADED.format(modules=sorted(heavy))
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert set(done.stdout.split()) == set()
+def test_the_service_app_loads_no_scipy_no_offline_evaluation_and_no_http_client(
+    loaded: dict[str, Any],
+) -> None:
+    assert loaded["app"] == []
+
+
+@pytest.mark.timeout(120)
+def test_a_predictor_that_takes_a_model_has_what_its_predictions_read_loaded(loaded: dict[str, Any]) -> None:
+    assert (loaded["took_model"], loaded["special"]) == (True, True)
