@@ -5,7 +5,15 @@ problems from the one table, with the headers HTTP asks for (RFC 9110, 15.5.6: a
 from __future__ import annotations
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
+
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test: each answer is the routing's,
+    from the method and the path alone."""
+    return module_app
 
 
 @pytest.mark.parametrize(

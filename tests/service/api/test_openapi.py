@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from service.problems.table import PROBLEM_JSON
 from tests.service.api_helpers import WORKER, batch_body
+
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test: the document is the app's
+    routes', and each request below is refused from itself (its body, its token, an id never published)."""
+    return module_app
 
 
 def _operation(client: TestClient, method: str, path: str) -> dict[str, Any]:
