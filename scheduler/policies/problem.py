@@ -33,6 +33,7 @@ from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
 from scheduler.policies.plan_draws import SeededDraws, Spread
 from scheduler.policies.problem_columns import Columns, trajectory_columns
+from scheduler.policies.unholdable import Unholdable, refuse_unholdable
 from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.types import PlanRequest
 
@@ -213,16 +214,22 @@ def _build_problem(request: PlanRequest) -> tuple[Problem, BatchColumns]:
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
     columns = trajectory_columns(request)
     giveup.check()
-    pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in request.trajectories]
+    try:
+        pins = [-1 if t.pinned_worker is None else index_of[t.pinned_worker] for t in request.trajectories]
+    except KeyError:  # a pin naming no worker of the inventory
+        refuse_unholdable(request)
     giveup.check()
     allowed = _Allowed(costs, active)
+    try:
+        if not request.prefix_affinity:
+            units, ranked, unrestricted = _single_units(columns, pins, allowed)
+        else:
+            units = _group_units(request, columns, pins, allowed)
+            unrestricted = all(len(u.allowed) == len(active) for u in units)
+            ranked = tuple(longest_first(units))
+    except Unholdable:  # a unit no active worker can hold
+        refuse_unholdable(request)
     kv_steps = tuple(columns.kv_steps)
-    if not request.prefix_affinity:
-        units, ranked, unrestricted = _single_units(columns, pins, allowed)
-    else:
-        units = _group_units(request, columns, pins, allowed)
-        unrestricted = all(len(u.allowed) == len(active) for u in units)
-        ranked = tuple(longest_first(units))
     problem = Problem(
         costs, columns.prompts, columns.steps, units, active, ranked, unrestricted, kv_steps, request.engine
     )
@@ -246,7 +253,12 @@ def _totals_one_by_one(
 
 class _Allowed:
     """The workers a unit may take: active, its pinned ones if any, with a cache that holds its
-    largest need (every active worker when none qualifies).
+    largest need; ``Unholdable`` where none qualifies, or the unit is pinned to two workers.
+
+    None qualifies only in a request the validation refuses. A policy called directly, not through
+    the planner, was handed every active worker then: a trajectory pinned to a drained worker was
+    placed on another, one longer than every cache was planned as if it fitted, and ``lpt`` ordering
+    a prompt that fills its worker's cache never returned (edges59).
 
     Memoised by (pins, capacity rank): a batch has a few distinct answers, shared by most units."""
 
@@ -262,7 +274,9 @@ class _Allowed:
             fit = tuple(
                 w for w in (pinned or self.active) if w in active_set and costs[w].kv_capacity_tokens >= most
             )
-            self.cache[key] = fit or self.active
+            if not fit or len(pinned) > 1:
+                raise Unholdable
+            self.cache[key] = fit
         return self.cache[key]
 
 
