@@ -240,16 +240,26 @@ def test_the_fused_loop_parks_and_falls_back_where_the_methods_do(monkeypatch: p
     assert fused == (lpt_assignment(problem, tiers, bands), lpt_assignment(problem, tiers, bands, cap_s=30.0))
 
 
+HOLDS_EVERY_UNIT = 50_000  # tokens: the longest prompt and the cap (``_prompt_bound``)
+
+
 def _prompt_bound(
     seed: int, trajectories: int, slots: int, cache: int
 ) -> tuple[Problem, list[int], list[int]]:
     """Twelve workers of two kinds in eight (kind, tier) heaps, prompts of 50 or 20,000 tokens: a
     worker's room for a unit then depends on its prompt, so the heaps' tops often do not fit and
-    the lowest band's look-up takes each of its ways (a top, one further in, none of a kind, too few)."""
+    the lowest band's look-up takes each of its ways (a top, one further in, none of a kind, too few).
+
+    A cache of 30,000 holds no unit alone (50,000 tokens at most): no validated request makes that
+    problem, and ``build_problem`` refuses it (edges59). It is built at a cache that holds every unit
+    and then given ``cache``: the problem ``build_problem`` made before, every unit allowed every worker."""
     rng = random.Random(seed)
     workers = tuple(
         Worker(
-            f"w{i}", device_profile("H100" if i % 2 else "A100"), max_num_seqs=slots, kv_capacity_tokens=cache
+            f"w{i}",
+            device_profile("H100" if i % 2 else "A100"),
+            max_num_seqs=slots,
+            kv_capacity_tokens=max(cache, HOLDS_EVERY_UNIT),
         )
         for i in range(12)
     )
@@ -257,7 +267,9 @@ def _prompt_bound(
         Trajectory(f"p{i}", 0, rng.choice((50, 20_000)), 30_000, float(rng.randint(200, 6_000)))
         for i in range(trajectories)
     )
-    problem = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    held = build_problem(PlanRequest(batch, Inventory(workers, model_preset("7b"))))
+    costs = tuple(dataclasses.replace(cost, kv_capacity_tokens=cache) for cost in held.costs)
+    problem = dataclasses.replace(held, costs=costs)
     return (
         problem,
         [1 + (w // 2) % 4 for w in range(12)],
