@@ -1,5 +1,6 @@
 """Why a trace's header lacks a column, where the header itself shows it: the file is separated by
-another character, or names the column in another case. A bare "required column is missing (import
+another character, or names the column in another case or by another tool's name (veRL's
+``response_length``). A bare "required column is missing (import
 it with --map step=COLUMN)" sent the user looking for a column the file did have."""
 
 from __future__ import annotations
@@ -7,6 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 SHOWN_COLUMNS = 12  # of a header listed in a missing column's error: enough to pick from, one line
+# Another tool's name for a trace column: the column it stands for, and whose name it is. A --map onto
+# one is refused (``tracerename.check_target``); a header lacking the column but naming it so is pointed
+# at it (``missing_hint``). Matched whole (casefolded), not by difflib: ``prompt_len`` is 0.87 from
+# ``prompt_length``, and a feature's own name (test_traceimport_near_names.py).
+ALIASES: dict[str, tuple[str, str]] = {
+    "max_tokens": ("max_new_tokens", "vLLM's and OpenAI's name for the cap"),
+    "max_completion_tokens": ("max_new_tokens", "OpenAI's chat completions' name for the cap"),
+    "max_output_tokens": ("max_new_tokens", "OpenAI's Responses API's name for the cap"),
+    "max_response_length": ("max_new_tokens", "veRL's name for the cap (data.max_response_length)"),
+    "completion_tokens": ("output_tokens", "vLLM's and OpenAI's name for the output length (usage)"),
+    "response_length": ("output_tokens", "veRL's name for the output length"),
+    "prompt_length": ("prompt_tokens", "veRL's name for the prompt length"),
+    "input_tokens": ("prompt_tokens", "OpenAI's Responses API's name for the prompt length (usage)"),
+    "score": ("reward", "veRL's name for the reward (its rollout dumps' field)"),
+}
 
 
 def missing_columns(missing: list[str], columns: list[str], rename: Mapping[str, str] | None = None) -> str:
@@ -41,7 +57,9 @@ def _named(column: str, rename: Mapping[str, str]) -> str:
 
 def missing_hint(column: str, columns: list[str]) -> str:
     """The end of the message for ``column`` missing from ``columns``: the separator the header seems to
-    use, else the column it names in another case, else the ``--map`` that imports another column.
+    use, else the column it names in another case, else by another tool's name (``ALIASES``: veRL's
+    ``response_length``, a file column to ``--map``, not a name to guess), else the ``--map`` that
+    imports another column.
     The command is named: replay and ``predictor eval`` read traces too, and take no ``--map``."""
     separator = separator_hint(columns)
     if separator:
@@ -50,6 +68,10 @@ def missing_hint(column: str, columns: list[str]) -> str:
     if other is not None:  # --map strips its names: one with blanks at an end can only be renamed
         mapped = f", or import with trace import --map {column}={other}" if other == other.strip() else ""
         return f" (the header has {other!r}: rename it{mapped})"
+    named = next((c for c in columns if ALIASES.get(c.casefold(), ("", ""))[0] == column), None)
+    if named is not None:
+        whose = ALIASES[named.casefold()][1]
+        return f" (the header has {named!r}, {whose}: import it with trace import --map {column}={named})"
     return f" (import it with trace import --map {column}=COLUMN)"
 
 

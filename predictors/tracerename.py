@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from difflib import get_close_matches
 
-from predictors.headerhints import separator_hint
+from predictors.headerhints import ALIASES, separator_hint
 from scheduler.errors import InvalidInputError
 from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TraceFormatError
 
@@ -27,11 +27,24 @@ NEAR_MISS = 0.85  # difflib's ratio from which a --map target is a trace column 
 
 def check_target(target: str, pair: str) -> None:
     """Refuse a ``--map`` onto a name that is a trace column misspelt (``max_new_token``, ``rewards``,
-    ``Step``). A map onto another name keeps the column as a feature of that name, so the typo was taken
-    silently: the file's cap became a feature ``max_new_token`` and the trace had no cap (trace56).
-    A name far from every trace column (``level=difficulty``) still renames a feature."""
+    ``Step``), or another tool's name for one (``ALIASES``: vLLM's ``max_tokens``, veRL's
+    ``response_length``). A map onto another name keeps the column as a feature of that name, so the
+    typo was taken silently: the file's cap became a feature ``max_new_token`` and the trace had no cap
+    (trace56), as it did under ``max_tokens``, 0.83 from ``max_new_tokens`` (edges59). Refused, not
+    renamed to the column meant: the format has one name a column, which the errors then name as
+    the user's ``--map`` does. A name far from every trace column (``level=difficulty``) still renames
+    a feature."""
     if target in TRACE_COLUMNS:
         return
+    alias = ALIASES.get(target.casefold())
+    if alias is not None:
+        column, whose = alias
+        source = pair.partition("=")[2].strip()
+        reason = (
+            f"{target!r} is {whose}; the trace's column is {column!r} (--map {column}={source}; "
+            "a --map onto another name keeps a feature)"
+        )
+        raise InvalidInputError("map", pair, reason)
     near = get_close_matches(target.casefold(), TRACE_COLUMNS, n=1, cutoff=NEAR_MISS)
     if near:
         reason = f"{target!r} is no trace column, {near[0]!r} is (a --map onto another name keeps a feature)"

@@ -154,3 +154,16 @@ def test_a_wide_header_of_other_names_is_listed_by_its_first_twelve_columns_and_
         read_trace(path)
     shown = ", ".join(repr(name) for name in names[:12])
     assert str(info.value).endswith(f"the columns it has: {shown} and 8 more")
+
+
+def test_a_missing_column_the_header_holds_under_another_tools_name_is_pointed_at(tmp_path: Path) -> None:
+    # veRL's 'response_length' was listed among the columns, and the hint said --map output_tokens=COLUMN
+    path = tmp_path / "verl_lengths.csv"
+    path.write_text("step,prompt_id,sample_idx,prompt_tokens,response_length\n1,a,0,10,5\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path)
+    assert str(info.value) == (
+        f"{path}:1:output_tokens=None: required column is missing (the header has 'response_length', veRL's "
+        "name for the output length: import it with trace import --map output_tokens=response_length); the "
+        "columns it has: 'step', 'prompt_id', 'sample_idx', 'prompt_tokens', 'response_length'"
+    )
