@@ -9,8 +9,6 @@ deep inside (edges59)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from scheduler.devices import device_profile, model_preset
@@ -24,9 +22,8 @@ HOLDABLE = tuple(Trajectory(f"p{i}", 0, 200, 1_000, 500.0) for i in range(4))
 WORKERS = tuple(Worker(f"h100-{i}", device_profile("H100"), kv_capacity_tokens=CAPACITY) for i in range(2))
 
 
-def _with(last: Trajectory, **fields: object) -> PlanRequest:
-    request = PlanRequest((*HOLDABLE, last), Inventory(WORKERS, model_preset("7b")))
-    return dataclasses.replace(request, **fields)
+def _with(last: Trajectory, excluded: frozenset[str] = frozenset()) -> PlanRequest:
+    return PlanRequest((*HOLDABLE, last), Inventory(WORKERS, model_preset("7b")), excluded_workers=excluded)
 
 
 CASES = {
@@ -43,10 +40,15 @@ CASES = {
         "trajectories[4].pinned_worker",
     ),
     "pinned to a drained worker": (
-        _with(Trajectory("pin", 0, 200, 1_000, 500.0, pinned_worker="h100-1"), excluded_workers={"h100-1"}),
+        _with(
+            Trajectory("pin", 0, 200, 1_000, 500.0, pinned_worker="h100-1"), excluded=frozenset({"h100-1"})
+        ),
         "trajectories[4].pinned_worker",
     ),
-    "every worker drained": (_with(HOLDABLE[0], excluded_workers={"h100-0", "h100-1"}), "excluded_workers"),
+    "every worker drained": (
+        _with(HOLDABLE[0], excluded=frozenset({"h100-0", "h100-1"})),
+        "excluded_workers",
+    ),
     "a group pinned apart": (
         PlanRequest(
             (
