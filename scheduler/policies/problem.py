@@ -212,6 +212,8 @@ def _build_problem(request: PlanRequest) -> tuple[Problem, BatchColumns]:
     costs = tuple(worker_cost(w, request.inventory.model) for w in workers)
     index_of = {w.worker_id: i for i, w in enumerate(workers)}
     active = tuple(i for i, w in enumerate(workers) if w.worker_id not in request.excluded_workers)
+    if not request.trajectories:  # least_loaded, lpt and cpsat divided by its size (edges59)
+        refuse_unholdable(request)
     columns = trajectory_columns(request)
     giveup.check()
     try:

@@ -9,7 +9,8 @@ placed a trajectory pinned to a drained worker on another, planned one longer th
 it fitted, and met an unknown pin or a pool all drained with a ``KeyError``, ``ZeroDivisionError`` or
 ``IndexError`` from deep inside (edges59). ``build_problem``, which every policy builds its problem
 with, detects it where it looks for the workers a unit may take, at no cost to a valid request, and
-refuses it here in the validation's words.
+refuses it here in the validation's words. An empty batch is refused here too, the batch-wide case:
+``least_loaded``, ``lpt`` and ``cpsat`` raised ``ZeroDivisionError`` on it.
 """
 
 from __future__ import annotations

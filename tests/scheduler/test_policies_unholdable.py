@@ -5,7 +5,7 @@ The planner validates first, so the policies assumed a holdable batch; called di
 but say so: ``lpt`` and ``cpsat`` ordered forever a prompt that fills its worker's cache, every policy
 placed a trajectory pinned to a drained worker on another and planned one longer than every cache, and
 an unknown pin or a pool all drained raised ``KeyError``, ``ZeroDivisionError`` or ``IndexError`` from
-deep inside (edges59)."""
+deep inside, as three of them did on an empty batch (edges59)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,10 @@ CASES = {
     "every worker drained": (
         _with(HOLDABLE[0], excluded=frozenset({"h100-0", "h100-1"})),
         "excluded_workers",
+    ),
+    "no trajectory at all": (
+        PlanRequest((), Inventory(WORKERS, model_preset("7b"))),
+        "trajectories",
     ),
     "a group pinned apart": (
         PlanRequest(
