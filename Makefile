@@ -45,9 +45,10 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 # mypy (~60 CPU-s, one core) runs beside pytest, which keeps both cores ~88% busy: run one after the
-# other, mypy left a core idle for a minute of every CI run. --output-sync=line keeps each line whole.
+# other, mypy left a core idle for a minute of every CI run. No --output-sync: it would hold back
+# pytest's progress until the end; mypy prints its one report when it ends.
 test: lint
-	$(MAKE) --no-print-directory -j 2 --output-sync=line typecheck pytest
+	$(MAKE) --no-print-directory -j 2 typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m service.bench.report --out docs/benchmarks.md

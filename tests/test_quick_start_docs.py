@@ -42,7 +42,7 @@ def test_make_test_runs_ruff_strict_mypy_and_pytest_in_the_workers_the_readme_gi
     prerequisites, commands = recipe(makefile, "test")
     assert prerequisites == ["lint"]  # ruff first: a lint error stops the run before the long part
     # then mypy and pytest beside each other (mypy would leave a core idle for its minute alone)
-    assert commands == ["$(MAKE) --no-print-directory -j 2 --output-sync=line typecheck pytest"]
+    assert commands == ["$(MAKE) --no-print-directory -j 2 typecheck pytest"]
     for target, tool in [("lint", "ruff"), ("typecheck", "mypy"), ("pytest", "pytest")]:
         prerequisites, commands = recipe(makefile, target)
         assert prerequisites == ["$(STAMP)"]  # each builds .venv on first use
