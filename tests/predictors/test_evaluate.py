@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,27 @@ def test_eval_off_a_terminal_writes_nothing_to_stderr(cli: typer.Typer, tmp_path
     result = CliRunner().invoke(cli, ["predictor", "eval", str(path), "--json"])
     assert result.exit_code == 0
     assert result.stderr == ""
+
+
+class _Terminal(io.StringIO):
+    """A stderr that is a terminal, as a user's shell is (CliRunner's never is)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_eval_on_a_terminal_shows_a_progress_bar_of_the_steps_it_scores(
+    cli: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue asks for a progress bar on long runs: each scored step is a fit.
+    path = tmp_path / "t.csv"
+    write_trace(drifting_trace(prompts=10, steps=3), path)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    typer.main.get_command(cli).main(["predictor", "eval", str(path), "--json"], standalone_mode=False)
+    shown = terminal.getvalue()
+    assert "scoring steps" in shown
+    assert "2/2" in shown  # steps 1 and 2 scored, each fitted on the ones before
 
 
 def test_eval_of_a_single_step_says_only_fallbacks_apply(cli: typer.Typer, tmp_path: Path) -> None:
