@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from tests.service.api.badinput import JSON_HEADERS, refused_unchanged
 from tests.service.api.body_rules import BAD_NAMES, NULL, ODD, ODD_NAMES, Body, Path, Rules
+from tests.text_alphabet import UTF8
 
 JSON = "application/json"
 
@@ -108,7 +109,7 @@ def _missing(draw: st.DrawFn, body: Body, rules: Rules) -> Broken:
 def _unknown(draw: st.DrawFn, body: Body, rules: Rules) -> Broken:
     path = (
         *draw(st.sampled_from(rules.objects)),
-        draw(st.sampled_from(ODD_NAMES) | st.text(max_size=8).map("zz".__add__)),
+        draw(st.sampled_from(ODD_NAMES) | st.text(UTF8, max_size=8).map("zz".__add__)),
     )
     return Broken(_set(body, path, draw(ODD)), dotted(path))
 

@@ -21,6 +21,7 @@ from service.delivery import Delivery
 from tests.service.api.badinput import redis_snapshot, refused_unchanged
 from tests.service.api_helpers import batch_body
 from tests.service.finished import finished_with
+from tests.text_alphabet import UTF8
 
 EXAMPLES = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ID = r"[A-Za-z0-9_.:-]{1,256}"  # docs/api.md: a schedule_id's characters and length
@@ -109,8 +110,10 @@ def test_an_id_no_step_has_is_refused_by_every_route_and_writes_nothing(
     the path may leave the route altogether (``""``, ``..``): then 404 or 405, still no write, a
     ``DELETE``'s 404 included (no request has the id in flight, so there is nothing to withdraw)."""
 
+    ids = st.from_regex(f"^{ID}$", fullmatch=True, alphabet=UTF8) | st.text(UTF8, max_size=300)
+
     @EXAMPLES
-    @given(st.sampled_from(ROUTES), st.from_regex(f"^{ID}$", fullmatch=True) | st.text(max_size=300))
+    @given(st.sampled_from(ROUTES), ids)
     def answered(route: tuple[str, str], sid: str) -> None:
         method, path = route
         well_formed = re.fullmatch(ID, sid) is not None and sid not in (".", "..")

@@ -18,6 +18,7 @@ import httpx
 from hypothesis import strategies as st
 
 from service.client.scheduler_client import StepResults
+from tests.text_alphabet import UTF8
 
 TIMINGS = dict.fromkeys(
     ("queue_ms", "validate_ms", "predict_ms", "plan_ms", "baseline_ms", "publish_ms"), 1.0
@@ -73,8 +74,8 @@ ODD_VALUES = [
 ]
 ODD: st.SearchStrategy[Any] = st.sampled_from([*ODD_VALUES, [], {}, [[[[]]]], {"a": 1}, "z" * 1000])
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(UTF8, max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(UTF8, max_size=8), inner, max_size=4),
     max_leaves=20,
 )
 STATUSES = st.sampled_from(
@@ -104,7 +105,7 @@ def one_off(draw: st.DrawFn, valid: dict[str, Any]) -> Any:
     if how == "delete":
         del node[last]
     elif how == "add" and isinstance(node[last], dict):
-        node[last][draw(st.text(max_size=6))] = draw(ODD)
+        node[last][draw(st.text(UTF8, max_size=6))] = draw(ODD)
     else:
         node[last] = draw(ODD)
     return body

@@ -15,15 +15,16 @@ from predictors.tracetable import Trace
 from service.learning.actuals_entry import row_or_none
 from service.learning.actuals_page import page_trace
 from service.learning.shared_texts import SharedTexts
+from tests.text_alphabet import UTF8
 
 ANY_JSON: st.SearchStrategy[Any] = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(10**400), max_value=10**400)
     | st.floats()  # NaN and infinities too: ``json.dumps`` writes them, ``json.loads`` reads them
-    | st.text(max_size=8)
+    | st.text(UTF8, max_size=8)
     | st.sampled_from(["stop", "length", "abort", "", "7", "0.5"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(UTF8, max_size=3), inner, max_size=3),
     max_leaves=6,
 )
 GOOD: dict[str, st.SearchStrategy[Any]] = {
