@@ -12,4 +12,4 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-UTF8 = st.characters(exclude_categories=("Cs",))  # st.text(UTF8, ...) draws as st.text(...) does
+UTF8 = st.characters(exclude_categories=["Cs"])  # st.text(UTF8, ...) draws as st.text(...) does
