@@ -5,13 +5,14 @@ it with --map step=COLUMN)" sent the user looking for a column the file did have
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 SHOWN_COLUMNS = 12  # of a header listed in a missing column's error: enough to pick from, one line
 # Another tool's name for a trace column: the column it stands for, and whose name it is. A --map onto
-# one is refused (``tracerename.check_target``); a header lacking the column but naming it so is pointed
-# at it (``missing_hint``). Matched whole (casefolded), not by difflib: ``prompt_len`` is 0.87 from
-# ``prompt_length``, and a feature's own name (test_traceimport_near_names.py).
+# one is refused (``tracerename.check_target``), as a header naming a column so (``alias_refusal``);
+# a header lacking a required column but naming it so is pointed at it (``missing_hint``). Matched
+# whole (casefolded), not by difflib: ``prompt_len`` is 0.87 from ``prompt_length``, and a feature's
+# own name (test_traceimport_near_names.py).
 ALIASES: dict[str, tuple[str, str]] = {
     "max_tokens": ("max_new_tokens", "vLLM's and OpenAI's name for the cap"),
     "max_completion_tokens": ("max_new_tokens", "OpenAI's chat completions' name for the cap"),
@@ -23,6 +24,34 @@ ALIASES: dict[str, tuple[str, str]] = {
     "input_tokens": ("prompt_tokens", "OpenAI's Responses API's name for the prompt length (usage)"),
     "score": ("reward", "veRL's name for the reward (its rollout dumps' field)"),
 }
+
+
+def alias_refusal(columns: Collection[str]) -> tuple[str, str] | None:
+    """The first of ``columns`` (a header's names after any ``--map``) that is another tool's name for a
+    trace column (``ALIASES``), and why a trace may not hold it; None where none is.
+
+    Such a column was read as a feature of that name: a file's ``max_tokens`` left the trace without a
+    cap (an output past it accepted), its ``completion_tokens`` handed the predictor the very length it
+    is to predict, and its ``score`` (a reward) was no reward. A ``--map`` onto such a name is refused
+    (``tracerename.check_target``); a file naming a column so is refused alike, pointed at the
+    ``--map`` that imports it as the trace's column, or, beside that column, at leaving it out
+    (edges60). Kept as a feature, it takes another name by ``--map``, as any feature may."""
+    present = set(columns)
+    for name in columns:
+        alias = ALIASES.get(name.casefold())
+        if alias is None:
+            continue
+        column, whose = alias
+        keep = "a feature may not carry another tool's name for a trace column; to keep it as one: "
+        keep += f"trace import --map NAME={name}"
+        if column in present:
+            return (
+                name,
+                f"{name!r} is {whose}, beside the trace's own {column!r}: leave it out of the file ({keep})",
+            )
+        meant = f"import it with trace import --map {column}={name}"
+        return name, f"{name!r} is {whose}; the trace's column is {column!r}: {meant} ({keep})"
+    return None
 
 
 def missing_columns(missing: list[str], columns: list[str], rename: Mapping[str, str] | None = None) -> str:

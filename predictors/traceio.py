@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from predictors.csvquotes import LineTap, has_line_break, open_quote_error, quote_left_open, width_error
-from predictors.headerhints import missing_columns
+from predictors.headerhints import alias_refusal, missing_columns
 from predictors.jsonlobjects import jsonl_objects
 from predictors.stepgroups import repeated_rows
 from predictors.tracefast import fast_trace
@@ -206,6 +206,8 @@ def _read_fast(path: Path, rename: Mapping[str, str] | None = None) -> Trace | N
     except (pa.ArrowException, OSError, UnicodeDecodeError, csv.Error):
         return None  # unreadable here: the row-by-row path reports it precisely
     table = None if table is None else _renamed(table, rename or {})
+    if table is not None and alias_refusal(table.column_names) is not None:
+        return None  # the row-by-row path refuses it, at its header
     trace = None if table is None else fast_trace(table)
     return None if trace is None or first_infinite(trace) is not None else trace  # the row path locates it
 
@@ -270,11 +272,22 @@ def _raw_extra(value: object) -> float | str:
 
 def _check_header(columns: list[str], rename: Mapping[str, str], source: str, line: int = 1) -> None:
     """Refuse a header (jsonl: the first record's keys) lacking a required column once ``rename``d,
-    naming every one it lacks and the columns it has, as the file names them (``missing_columns``)."""
-    renamed = {rename.get(column, column) for column in columns}
+    naming every one it lacks and the columns it has, as the file names them (``missing_columns``),
+    or naming a column by another tool's name for a trace column (``_refuse_alias``)."""
+    renamed = [rename.get(column, column) for column in columns]
     missing = [column for column in REQUIRED_COLUMNS if column not in renamed]
     if missing:
         raise FileNamedError(source, line, missing[0], None, missing_columns(missing, columns, rename))
+    _refuse_alias(renamed, source, line)
+
+
+def _refuse_alias(columns: list[str], source: str, line: int) -> None:
+    """Refuse ``columns`` (a header, or a jsonl record's keys, after the renaming) naming one by another
+    tool's name for a trace column (``headerhints.alias_refusal``): read as a feature, vLLM's
+    ``max_tokens`` left the trace without its cap (edges60)."""
+    refused = alias_refusal(columns)
+    if refused is not None:
+        raise FileNamedError(source, line, refused[0], None, refused[1])
 
 
 # --- readers -------------------------------------------------------------------------------------
@@ -319,12 +332,15 @@ def _csv_records(path: Path, reader: Any, renamer: Renamer, tap: LineTap) -> Raw
 def _jsonl_rows(path: Path, renamer: Renamer) -> RawRows:
     """The records of a jsonl file; the first one's keys are checked as a csv header is, so a file of
     other names is told every key to ``--map`` (a key that is there with no value is a missing value)."""
-    first = True
+    first, seen = True, set[str]()
     for line, cells in jsonl_objects(path):
         renamed = renamer.cells(cells, line)
         if first:
             _check_header(list(cells), renamer.rename, str(path), line)
             first = False
+        if not seen.issuperset(renamed):  # a key no line before held: checked as a header's column
+            _refuse_alias(list(renamed), str(path), line)
+            seen.update(renamed)
         yield line, renamed
     renamer.check_all_seen()
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictors.headerhints import ALIASES
 from predictors.jsonlobjects import jsonl_objects
 from predictors.traceio import check_input_file, check_unique, read_renamed, refuse_infinite, utf8_rows
 from predictors.tracerename import check_target
@@ -156,10 +157,16 @@ def _is_step_name(stem: str) -> bool:
 
 def _check_keep(keep: Sequence[str]) -> None:
     """Refuse a ``--keep-field`` that names a field the import already reads (or a schema column):
-    keeping it would shadow the counted or renamed value, not add a feature."""
+    keeping it would shadow the counted or renamed value, not add a feature. Likewise one named by
+    another tool's name for a trace column (a reward extra ``response_length``): the trace written
+    would hold a column every reader refuses (``headerhints.alias_refusal``)."""
     for name in keep:
         if name in _VERL_TEXT_FIELDS or name in _SCHEMA:
             raise InvalidInputError("keep-field", name, "not an extra field (the import reads it already)")
+        alias = ALIASES.get(name.casefold())
+        if alias is not None:
+            reason = f"{alias[1]}, which the trace holds as {alias[0]!r}: no feature may carry it"
+            raise InvalidInputError("keep-field", name, reason)
 
 
 def _check_kept_present(trace: Trace, keep: Sequence[str], directory: Path) -> None:

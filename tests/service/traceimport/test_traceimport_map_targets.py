@@ -51,7 +51,8 @@ def test_the_import_command_refuses_it_and_writes_nothing(cli: typer.Typer, tmp_
 def test_a_map_onto_a_name_far_from_every_trace_column_renames_a_feature(tmp_path: Path) -> None:
     path = tmp_path / "runs.csv"
     path.write_text(HEADER + "0,a,0,5,3,8,1.0,hard\n")
-    trace = import_generic(path, "csv", parse_mapping(["level=difficulty", "max_new_tokens=cap"])).trace
+    mapping = parse_mapping(["level=difficulty", "max_new_tokens=cap", "reward=score"])
+    trace = import_generic(path, "csv", mapping).trace
     assert trace.categorical["level"].tolist() == ["hard"]
     assert trace.max_new_tokens.tolist() == [8]
 
