@@ -161,6 +161,11 @@ def _validate_excluded(excluded: object, capacities: dict[str, int]) -> None:
             raise InvalidInputError("excluded_workers", worker_id, "names no worker of the inventory")
 
 
+def validate_unique_keys(request: PlanRequest) -> None:
+    """The rule of one trajectory a key alone, for a policy called directly (``policies.unholdable``)."""
+    _validate_unique_keys(request)
+
+
 def _validate_unique_keys(request: PlanRequest) -> None:
     # With string prompt ids and integer samples, (prompt_id, sample_idx) pairs are unique exactly
     # when keys are (a key ends in '#<integer>'), and cost half as much as 32k key strings.

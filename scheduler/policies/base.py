@@ -45,8 +45,8 @@ class Policy(Protocol):
         """Place and order every trajectory of a validated ``request``; no I/O.
 
         ``problem`` is ``build_problem(request)`` when the caller already has it (the planner does).
-        Called without the planner, on a trajectory no active worker may hold, it raises the
-        validation's ``InvalidInputError`` naming that trajectory (``build_problem``,
+        Called without the planner, on a trajectory no active worker may hold or a key held twice, it
+        raises the validation's ``InvalidInputError`` naming that trajectory (``build_problem``,
         ``scheduler.policies.unholdable``); any other rule of ``scheduler.validation`` is the
         caller's to have checked.
         Deterministic on the frozen clock (``scheduler.clock``); on the wall clock a search policy cut

@@ -33,7 +33,7 @@ from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
 from scheduler.policies.plan_draws import SeededDraws, Spread
 from scheduler.policies.problem_columns import Columns, trajectory_columns
-from scheduler.policies.unholdable import Unholdable, refuse_unholdable
+from scheduler.policies.unholdable import Unholdable, refuse_repeated_keys, refuse_unholdable
 from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.types import PlanRequest
 
@@ -185,8 +185,12 @@ class Problem:
 
 
 def build_problem(request: PlanRequest) -> Problem:
-    """Resolve costs, planned lengths and units for ``request`` (assumed validated)."""
-    return problem_and_bound_columns(request)[0]
+    """Resolve costs, planned lengths and units for ``request``: a policy's own problem, where it is
+    called without the planner's (``scheduler.policies.unholdable``: a batch no worker may hold, or
+    holding one key twice, is refused in the validation's words)."""
+    problem = problem_and_bound_columns(request)[0]
+    refuse_repeated_keys(request)
+    return problem
 
 
 def problem_and_bound_columns(request: PlanRequest) -> tuple[Problem, BatchColumns]:

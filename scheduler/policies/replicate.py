@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler.costmodel import WorkerCost
-from scheduler.policies.problem import Problem, build_problem, longest_first, worker_kinds
+from scheduler.policies.problem import Problem, longest_first, problem_and_bound_columns, worker_kinds
 from scheduler.types import Inventory, PlanRequest, Worker
 
 SUB_WORKERS = 16  # the least workers a sub-pool keeps (8 per kind in the bench's even mix). Smaller
@@ -84,7 +84,7 @@ def split(
         inventory=Inventory(_slowest_mates(request, pools), request.inventory.model),
         excluded_workers=frozenset(),
     )
-    built = build_problem(sub)
+    built = problem_and_bound_columns(sub)[0]  # a part of a checked batch: its keys need no check
     tight = tuple(
         dataclasses.replace(c, kv_capacity_tokens=int(HEADROOM * c.kv_capacity_tokens)) for c in built.costs
     )

@@ -5,7 +5,8 @@ The planner validates first, so the policies assumed a holdable batch; called di
 but say so: ``lpt`` and ``cpsat`` ordered forever a prompt that fills its worker's cache, every policy
 placed a trajectory pinned to a drained worker on another and planned one longer than every cache, and
 an unknown pin or a pool all drained raised ``KeyError``, ``ZeroDivisionError`` or ``IndexError`` from
-deep inside, as three of them did on an empty batch (edges59)."""
+deep inside, as three of them did on an empty batch (edges59). A batch holding one key twice, which each
+policy planned by position, one key on two workers, is refused likewise (edges60)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,17 @@ CASES = {
     "no trajectory at all": (
         PlanRequest((), Inventory(WORKERS, model_preset("7b"))),
         "trajectories",
+    ),
+    "one key twice": (  # every policy planned both, by position: one key on two workers (edges60)
+        _with(Trajectory("p1", 0, 200, 1_000, 900.0)),
+        "trajectories[4]",
+    ),
+    "one key twice after a prompt filling every cache": (  # the first rule broken, as the planner says
+        PlanRequest(
+            (*HOLDABLE, Trajectory("wide", 0, CAPACITY, 10, 5.0), HOLDABLE[0]),
+            Inventory(WORKERS, model_preset("7b")),
+        ),
+        "trajectories[4].prompt_tokens",
     ),
     "a group pinned apart": (
         PlanRequest(
