@@ -1,8 +1,9 @@
 """A client verifies an https:// service against the CAs the process trusts when the client is made
 (certifi's bundle, or the CAs ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` name, as httpx's default does),
 with one TLS context shared by the process's clients (``service.client.tls``): a server no trusted CA
-vouches for is refused, a CA named after an earlier client was made is trusted by the next one, and
-a process making client after client loads the CAs once, not once a client (~34 ms of CPU each).
+vouches for is refused, a CA named after an earlier client was made is trusted by the next one, a key
+log file named after it is written by the next one, and a process making client after client loads the
+CAs once, not once a client (~34 ms of CPU each).
 
 The service here is a one-line HTTPS server whose certificate comes from ``trustme``, a throwaway CA:
 every request it reads is answered 418, so a refusal with that status is a request that got through.
@@ -23,7 +24,7 @@ import trustme
 from service.client.scheduler_client import SchedulerClient
 from service.client.wire import SchedulerAPIError, ServiceUnreachableError
 
-CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE")  # what a context reads as it is built
 
 
 class _Teapot(BaseHTTPRequestHandler):
@@ -63,7 +64,8 @@ def https_url(ca: trustme.CA) -> Iterator[str]:
 
 @pytest.fixture
 def no_ca_variables(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """Neither CA variable set: the clients trust certifi's bundle, as a trainer's process would."""
+    """Neither CA variable set, nor a key log: the clients trust certifi's bundle, as a trainer's
+    process would."""
     for name in CA_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
@@ -96,6 +98,21 @@ def test_a_client_made_after_ssl_cert_file_names_the_ca_trusts_it_and_one_made_a
     assert _status(https_url) == 418
     no_ca_variables.delenv("SSL_CERT_FILE")
     assert _status(https_url) == 0
+
+
+def test_a_client_made_after_sslkeylogfile_is_set_writes_its_tls_keys_there(
+    https_url: str, ca: trustme.CA, no_ca_variables: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the shared context was built before the variable was set, and kept: no key log was written
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    no_ca_variables.setenv("SSL_CERT_FILE", str(ca_file))
+    assert _status(https_url) == 418  # a client of the process before: its context is built and kept
+    keys = tmp_path / "keys.log"
+    no_ca_variables.setenv("SSLKEYLOGFILE", str(keys))
+    assert _status(https_url) == 418
+    assert keys.is_file()
+    assert "CLIENT_TRAFFIC_SECRET_0 " in keys.read_text()  # TLS 1.3: the secret a capture is read with
 
 
 class _Built:
