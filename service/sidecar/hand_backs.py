@@ -46,6 +46,19 @@ RELEASE_GRACE_S = 2.0  # past the drain timeout, for releasing what did not fini
 T = TypeVar("T")
 
 
+def say_handed_back(helds: list[Held], what: str) -> None:
+    """One INFO line for a shutdown's hand-back of ``helds`` (``what``: ``unstarted``), before it is
+    sent: how many and of which schedules, so that a user reading the log after a stop sees where
+    their items went. A stop while a claim's reply was in flight handed its leases back unstarted and
+    said nothing, the log ending at "engine ready" (docs/experiments.md, round 59's second-SIGTERM
+    test); one Redis does not take is a warning after it (``HandBacks.hand_back``)."""
+    live = [held for held in helds if not held.ended]
+    if live:
+        leases = f"{len(live)} {what} lease{'s' if len(live) > 1 else ''}"
+        schedules = ", ".join(sorted({held.lease.schedule_id for held in live}))
+        log.info("stopping: handing back %s to their queues (schedule %s)", leases, schedules)
+
+
 @dataclass
 class HandBacks:
     """The release path of one ``WorkerSession``: its Redis client, holdings, counters and reports."""

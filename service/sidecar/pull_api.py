@@ -65,6 +65,7 @@ from service.hosts.allow_list import HostAllowList
 from service.limits import BodyLimitMiddleware
 from service.problems.details import clipped
 from service.sidecar.connecting import Connecting
+from service.sidecar.hand_backs import say_handed_back
 from service.sidecar.hang_up import hang_up
 from service.sidecar.holdings import lease_id
 from service.sidecar.holds import DEFAULT_HOLD_TIMEOUT_S
@@ -323,7 +324,9 @@ def create_pull_app(
                 await hurry.bound(state.resend_kept(within_s=max(0.0, until - time.monotonic())), until)
             with contextlib.suppress(TimeoutError):  # an unreadable item's report kept at its claim
                 await hurry.bound(state.session.resends.settle(until - time.monotonic()), until)
-            await state.session.hand_back(state.session.holdings.all(), until - time.monotonic(), died, hurry)
+            held = state.session.holdings.all()
+            say_handed_back(held, "held")
+            await state.session.hand_back(held, until - time.monotonic(), died, hurry)
             with contextlib.suppress(TimeoutError):
                 await hurry.bound(state.leave(until - time.monotonic()), until)
             hang_up(state.session.delivery)

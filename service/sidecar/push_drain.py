@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 
+from service.sidecar.hand_backs import say_handed_back
 from service.sidecar.holdings import Held
 from service.sidecar.hurry import Hurry
 from service.sidecar.in_flight import InFlight
@@ -47,12 +48,15 @@ async def drain(
     """
     holdings = session.holdings
     await claim_landed(claim, deadline, hurry.event)
-    await session.hand_back(holdings.waiting(), deadline - time.monotonic(), died, hurry)
+    waiting = holdings.waiting()
+    say_handed_back(waiting, "unstarted")  # what a claim in flight at the stop leased, too
+    await session.hand_back(waiting, deadline - time.monotonic(), died, hurry)
     if items:
         left_s = max(0.0, deadline - time.monotonic())
         log.info("draining %d running items for up to %.1fs", len(items), left_s)
         await items.finish(left_s, hurry.event)
     unfinished = [h for h in holdings.all() if not h.completing]
+    say_handed_back(unfinished, "unfinished")
     await session.hand_back(unfinished, deadline + grace_s - time.monotonic(), died, hurry)
     return hurry.ends(deadline + grace_s)
 
