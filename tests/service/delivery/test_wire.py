@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from service.delivery import DeliveryItem, InvalidInputError
 from service.delivery.wire import item_json, publish_args, stored_items
 from tests.service.delivery.conftest import schedule
+from tests.text_alphabet import UTF8
 
-texts = st.text(min_size=1, max_size=20)  # any code point: quotes, backslashes, controls, emoji
+texts = st.text(UTF8, min_size=1, max_size=20)  # any code point: quotes, backslashes, controls, emoji
 optional_ms = st.none() | st.integers(min_value=0, max_value=10**12)
 items = st.builds(
     DeliveryItem,
@@ -23,7 +24,7 @@ items = st.builds(
     max_new_tokens=st.integers(min_value=1, max_value=10**7),
     predicted_tokens=st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False),
     payload=st.dictionaries(texts, texts, max_size=2),
-    group_id=st.text(max_size=10),
+    group_id=st.text(UTF8, max_size=10),
     pinned=st.booleans(),
     planned_start_ms=optional_ms,
     deadline_ms=optional_ms,
