@@ -118,8 +118,12 @@ def test_the_t_quantile_the_drift_reads_without_scipy_stats_is_scipy_stats_own_t
 def test_three_step_means_have_one_degree_of_freedom_to_read_the_slope_s_error_from() -> None:
     """Three noisy step means: the residual of the line through them is the slope's error, t(0.9, 1)
     at the 90th percentile; only two points leave none (the test above)."""
-    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate([100.0, 125.0, 130.0])]), 3)
-    assert gap_drift(stats, np.array([2.0]), 3).spread[0] > 0
+    means = [100.0, 125.0, 130.0]
+    stats = stats_of(mean_runs([(s, f"p{s}", m) for s, m in enumerate(means)]), 3)
+    _, residuals, *_ = np.polyfit(np.arange(3), np.log(means), 1, full=True)
+    se = math.sqrt(float(residuals[0]) / 1 / 2.0)  # residual variance / sum of (x - mean x)^2
+    t_one = math.tan(0.4 * math.pi)  # t(0.9, 1), Cauchy's quantile: 3.08, not t(0.9, 2)'s 1.89 (mutants60)
+    np.testing.assert_allclose(gap_drift(stats, np.array([2.0]), 3).spread, [2 * se * t_one])
 
 
 def test_a_step_s_rate_averages_each_recurring_prompt_s_own_rate_over_its_own_gap() -> None:
