@@ -25,15 +25,24 @@ from predictors.store import ModelStore
 from tests.predictors.helpers import FAST, drifting_trace
 
 HEAVY = ("scipy.stats", "predictors.evaluate", "scipy.special", "httpx")
-# the app imported, then a model loaded from a store as a replica's start or reload loads it
+# the app imported; a predictor made without a model; a model loaded from a store as a replica's start or
+# reload loads it; a predictor made with one; then the offline evaluation imported for its types
 PROBE = """
 import json, sys
 import service.app
 loaded = sorted(m for m in {heavy} if m in sys.modules)
 from predictors.predictor import LengthPredictor
 from predictors.store import ModelStore
-took = LengthPredictor().reload(ModelStore(sys.argv[1]))
-print(json.dumps({{"app": loaded, "took_model": took, "special": "scipy.special" in sys.modules}}))
+bare = LengthPredictor()
+seen = {{"bare": "scipy.special" in sys.modules}}
+took = bare.reload(ModelStore(sys.argv[1]))
+seen["special"] = "scipy.special" in sys.modules
+del sys.modules["scipy.special"]  # as if never loaded: a predictor made with a model loads it again
+LengthPredictor(model=ModelStore(sys.argv[1]).load()[1])
+seen["given"] = "scipy.special" in sys.modules
+import predictors.evaluate
+seen["evaluate"] = "scipy.stats" in sys.modules
+print(json.dumps({{"app": loaded, "took_model": took, **seen}}))
 """
 
 
@@ -60,4 +69,18 @@ def test_the_service_app_loads_no_scipy_no_offline_evaluation_and_no_http_client
 
 @pytest.mark.timeout(120)
 def test_a_predictor_that_takes_a_model_has_what_its_predictions_read_loaded(loaded: dict[str, Any]) -> None:
-    assert (loaded["took_model"], loaded["special"]) == (True, True)
+    assert (loaded["took_model"], loaded["special"], loaded["given"]) == (True, True, True)
+
+
+@pytest.mark.timeout(120)
+def test_a_predictor_without_a_model_leaves_scipy_special_unloaded(loaded: dict[str, Any]) -> None:
+    # a replica with no model yet answers from the fallbacks, which read no drift (mutants60)
+    assert loaded["bare"] is False
+
+
+@pytest.mark.timeout(120)
+def test_the_offline_evaluation_imported_for_its_types_leaves_scipy_stats_unloaded(
+    loaded: dict[str, Any],
+) -> None:
+    # scipy.stats comes with a score, not with the module: each pytest worker imports it at collection
+    assert loaded["evaluate"] is False

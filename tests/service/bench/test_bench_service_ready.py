@@ -3,7 +3,8 @@ share one connection, not a client (and its SSL context, ~34 ms of CPU) each, te
 ``serve`` starts on the host the benchmark then measures (edges59).
 
 The service here is a real HTTP/1.1 server answering ``/readyz`` 503 until its third ask, and counting
-the connections it accepts; the ``serve`` process the poll watches is a real child that outlives it."""
+the connections it accepts; the ``serve`` process the poll watches is a real child that outlives it.
+A ``serve`` that exits before it answers is reported as it exited, whatever the polls met."""
 
 from __future__ import annotations
 
@@ -79,3 +80,25 @@ def test_the_readiness_polls_share_one_connection(starting: _Starting) -> None:
         serve.kill()
         serve.communicate()
     assert (starting.asks, starting.connections) == (READY_AT, 1)
+
+
+def test_a_serve_that_exits_before_it_listens_is_reported_by_its_status_and_stderr() -> None:
+    """The polls meet no listener (refused, as while ``serve`` starts: it fails a second in) until
+    ``serve`` exits: the benchmark stops there and says why, not after its 60 s wait nor on the first
+    refused poll (mutants60)."""
+    with socket.socket() as reserved:
+        reserved.bind(("127.0.0.1", 0))  # bound, never listening: every poll is refused
+        host, port = reserved.getsockname()[:2]
+        fails = "import sys, time; time.sleep(1); sys.stderr.write('no model at /m'); sys.exit(3)"
+        serve = subprocess.Popen(
+            [sys.executable, "-c", fails],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            with pytest.raises(RuntimeError) as failed:
+                _wait_ready(f"http://{host!s}:{port}", serve, timeout_s=60.0)
+        finally:
+            serve.kill()
+            serve.communicate()
+    assert str(failed.value) == "serve exited with 3: no model at /m"
