@@ -39,11 +39,12 @@ def main() -> None:
     """Console-script entry point: run the command line (``service.cli_app.run``); a ``sidecar``
     hears SIGTERM and SIGINT from its first line (``early_stop``), as a stop asked before its run; a
     ``serve``, its own handlers (``exit_cleanly``), which its last ``atexit`` hook ends where the exit
-    guard does not (``_decided_at_the_end``)."""
+    guard does not (``_decided_at_the_end``). httpx's own command line is left out (``_no_httpx_cli``)."""
     if sys.argv[1:2] == ["serve"]:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, exit_cleanly)
         atexit.register(_decided_at_the_end)
+    _no_httpx_cli()
     if sys.argv[1:2] != ["sidecar"]:
         from service.cli_app import run
 
@@ -60,6 +61,16 @@ def main() -> None:
         from service.commands.sidecar import stopped_before_run
 
         stopped_before_run(_flag(sys.argv[2:], "--worker-id"), stopped.signal_name)
+
+
+def _no_httpx_cli() -> None:
+    """Keep httpx's own command-line client out of this process: httpx's ``__init__`` imports it
+    (``httpx._main``: click, rich, pygments) whenever those are installed, as they are beside typer,
+    and no command of ours runs it. It was ~0.15 of a push sidecar's ~0.75 CPU-s of imports (ci60b,
+    docs/experiments.md). A ``None`` in ``sys.modules`` makes that import fail, and httpx then defines
+    a ``main`` that says its CLI is missing; its clients are untouched. The trainer's library
+    (``service.client``) is not changed: only the console script's processes skip it."""
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
 
 
 def exit_cleanly(signum: int, frame: object) -> None:
