@@ -16,8 +16,8 @@ from scheduler.trace import actual_finish, output_length
 from service.api.schemas import (
     MAX_COUNT,
     Count,
-    Features,
     Name,
+    ReportFeatures,
     ScheduleId,
     Strict,
     Tokens,
@@ -49,7 +49,7 @@ class ActualReport(Strict):
     max_new_tokens: Tokens | None = None
     concurrency: float | None = Field(default=None, ge=1)  # mean sequences running meanwhile; teaches speed
     schedule_id: ScheduleId | None = None  # the schedule that ran it: its planned profiles teach speed
-    features: Features = Field(default_factory=dict)
+    features: ReportFeatures = Field(default_factory=dict)
 
     @field_validator("output_tokens")
     @classmethod

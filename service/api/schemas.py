@@ -28,6 +28,7 @@ from typing_extensions import TypedDict
 
 from scheduler.trace import json_count
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
+from service.api.feature_names import item_feature, report_feature
 from service.names import NAME_MAX_LENGTH, NAME_PATTERN
 from service.workerspec import MAX_WORKERS
 
@@ -45,9 +46,16 @@ FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
 # every replica's history and the model (one column each) without limit (20 MB reports did).
 MAX_FEATURES = 64  # names per item or report, and distinct names per request (the history holds 64)
-Features = Annotated[
-    dict[Annotated[str, Field(min_length=1, max_length=64)], FeatureValue], Field(max_length=MAX_FEATURES)
+FeatureName = Annotated[str, Field(min_length=1, max_length=64)]
+# No trace column's name nor another tool's name for one (``service.api.feature_names``: why), each
+# refused naming the field to use: the key's own error, so the 422 names ``features.<name>``.
+ItemFeatures = Annotated[
+    dict[Annotated[FeatureName, AfterValidator(item_feature)], FeatureValue], Field(max_length=MAX_FEATURES)
 ]
+ReportFeatures = Annotated[
+    dict[Annotated[FeatureName, AfterValidator(report_feature)], FeatureValue], Field(max_length=MAX_FEATURES)
+]
+Features = dict[str, FeatureValue]  # either, once validated
 
 
 def few_feature_names(features: list[Features], where: str) -> None:
@@ -185,7 +193,7 @@ class BatchItem(Strict):
     prompt_tokens: Tokens  # prompt length in tokens
     n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
     max_new_tokens: Tokens  # generation cap per sample
-    features: Features = Field(default_factory=dict)  # extra predictor features
+    features: ItemFeatures = Field(default_factory=dict)  # extra predictor features
     prompt: Text | None = None  # text the sidecar sends to /v1/completions
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)  # or chat turns for
     # /v1/chat/completions (not both: the sidecar sends one request, to one of the two endpoints)

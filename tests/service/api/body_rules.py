@@ -138,6 +138,9 @@ SCHEDULE = Rules(
         (_item(0, "features"), {"topic": "t" * 257}, _item(0, "features", "topic")),
         (_item(1, "features"), {"f" * 65: 1.0}, _item(1, "features")),
         (_item(2, "features"), {f"f{k}": 1.0 for k in range(65)}, _item(2, "features")),
+        # a trace column's name, or another tool's name for one (docs/api.md: the field to use instead)
+        (_item(0, "features"), {"topic": "t", "max_tokens": 64}, _item(0, "features", "max_tokens")),
+        (_item(1, "features"), {"output_tokens": 300}, _item(1, "features", "output_tokens")),
         (("sampling", "stop"), ["s"] * 33, ("sampling", "stop")),
         (("sampling", "stop"), ["s" * 257], ("sampling", "stop", 0)),
         (_item(1, "prompt"), "ok \ud800", _item(1, "prompt")),
@@ -199,6 +202,8 @@ ACTUALS = Rules(
         (_report(1, "features"), {"topic": "t" * 257}, _report(1, "features", "topic")),
         (_report(0, "features"), {"f" * 65: 1.0}, _report(0, "features")),
         (_report(0, "features"), {f"f{k}": 1.0 for k in range(65)}, _report(0, "features")),
+        (_report(1, "features"), {"completion_tokens": 120}, _report(1, "features", "completion_tokens")),
+        (_report(0, "features"), {"step": 0}, _report(0, "features", "step")),
         (("partial",), "yes", ("partial",)),
         (("partial",), None, ("partial",)),
     ],
