@@ -13,16 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictors.priorcounts import PriorCounts, bins_of, counts_of, without_empty_bins
 from predictors.promptprior import PriorRows
 from predictors.promptstats import PromptStats
 from predictors.quantiles import Z90
 from predictors.tracetable import FloatArray, IntArray
-
-MIN_BIN_ROWS = 50  # a prompt-length bin needs this many rows to stand on its own
-MAX_BINS = 8
-# Lengths up to this are counted (``_counted_prior``); past it the rows are partitioned: a count table
-# that wide would cost more than the rows
-COUNTED_MAX = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -43,6 +38,7 @@ class GlobalPrior:
     mean: FloatArray  # per bin
     rows: int  # history rows it was built from
     defaults: PriorDefaults
+    counts: PriorCounts | None = None  # what a counted prior was made of (``advanced`` adds to them)
 
     @staticmethod
     def of(
@@ -55,13 +51,22 @@ class GlobalPrior:
         rows before a step, where taking those rows of the whole trace copied every column (extra
         features too), a 264 MiB peak for 2 M rows with 8 extra columns at each step's first predict."""
         defaults = defaults or PriorDefaults()
-        counted = _counted_prior(prompt_tokens, output_tokens)
-        edges, p50, p90, mean = (
-            counted if counted is not None else _sorted_prior(prompt_tokens, output_tokens)
-        )
+        counts = counts_of(prompt_tokens, output_tokens)
+        if counts is not None:
+            return _from_counts(counts, defaults)
+        edges, p50, p90, mean = _sorted_prior(prompt_tokens, output_tokens)
         return GlobalPrior(
             edges=edges, p50=p50, p90=p90, mean=mean, rows=len(output_tokens), defaults=defaults
         )
+
+    def advanced(self, prompt_tokens: IntArray, output_tokens: IntArray) -> GlobalPrior | None:
+        """``of`` the rows this prior was built from and these more, identical to the bit, from this
+        prior's counts and theirs; None where that needs every row again (``PriorCounts.advanced``).
+
+        The next step's first predict had counted every row held (~17 ms of CPU at 1.2 M rows, a
+        step of 32,768 new ones): the counts per prompt length and per bin are sums over rows."""
+        counts = None if self.counts is None else self.counts.advanced(prompt_tokens, output_tokens)
+        return None if counts is None else _from_counts(counts, self.defaults)
 
     def predict(self, prompt_tokens: IntArray, caps: IntArray) -> tuple[FloatArray, FloatArray]:
         """(p50, p90) for prompts of these lengths; the cap-share defaults where history is empty."""
@@ -72,17 +77,11 @@ class GlobalPrior:
         return self.p50[b], self.p90[b]
 
 
-def _bins_of(n: int) -> FloatArray:
-    """The quantile levels of the inner bin edges for ``n`` rows."""
-    n_bins = max(1, min(MAX_BINS, n // MIN_BIN_ROWS))
-    return np.linspace(0, 1, n_bins + 1)[1:-1]
-
-
 def _sorted_prior(prompt_tokens: IntArray, output_tokens: IntArray) -> tuple[FloatArray, ...]:
     """(edges, p50, p90, mean) from the rows themselves: numpy's quantiles of each bin's rows."""
     y = output_tokens.astype(np.float64)
-    cuts = np.quantile(prompt_tokens, _bins_of(len(y))) if len(y) else np.empty(0)
-    edges = _without_empty_bins(np.unique(np.asarray(cuts, dtype=np.float64)), prompt_tokens)
+    cuts = np.quantile(prompt_tokens, bins_of(len(y))) if len(y) else np.empty(0)
+    edges = without_empty_bins(np.unique(np.asarray(cuts, dtype=np.float64)), prompt_tokens)
     bins = np.searchsorted(edges, prompt_tokens, side="right")
     stats = [_bin_stats(y[bins == b]) for b in range(len(edges) + 1)]
     return edges, *(np.array([s[i] for s in stats]) for i in range(3))
@@ -90,79 +89,22 @@ def _sorted_prior(prompt_tokens: IntArray, output_tokens: IntArray) -> tuple[Flo
 
 def _counted_prior(prompt_tokens: IntArray, output_tokens: IntArray) -> tuple[FloatArray, ...] | None:
     """``_sorted_prior``'s answer, identical to the bit, from counts of each length; None where the
-    lengths do not suit counting (none, negative, past ``COUNTED_MAX``).
+    lengths do not suit counting (none, negative, past ``priorcounts.COUNTED_MAX``).
 
     Every figure of the prior is an order statistic or an integer sum of the rows, which counts
     give exactly, so the rows need neither a partition per quantile nor a mask per bin: 6.5 ms
     of CPU where those took 61 ms at 1 M rows, on every replica's first predict of each step. Each
-    quantile is numpy's own over the two order statistics it interpolates (``_quantile_of``)."""
-    n = len(output_tokens)
-    if n == 0 or min(int(prompt_tokens.min()), int(output_tokens.min())) < 0:
-        return None
-    top_p, top_y = int(prompt_tokens.max()), int(output_tokens.max())
-    if max(top_p, top_y) > COUNTED_MAX or top_y * n >= 2**53:  # sums past 2**53 would round
-        return None
-    per_length = np.bincount(prompt_tokens)
-    lengths = np.flatnonzero(per_length)
-    cuts = _quantile_of(lengths, np.cumsum(per_length[lengths]), _bins_of(n), prompt_tokens.dtype)
-    edges = _without_empty_bins(np.unique(cuts), lengths, per_length[lengths])
-    bin_of_length = np.searchsorted(edges, np.arange(top_p + 1), side="right")
-    width = top_y + 1
-    counts = np.bincount(
-        bin_of_length[prompt_tokens] * width + output_tokens, minlength=(len(edges) + 1) * width
+    quantile is numpy's own over the two order statistics it interpolates (``priorcounts.quantile_of``)."""
+    counts = counts_of(prompt_tokens, output_tokens)
+    return None if counts is None else counts.figures()
+
+
+def _from_counts(counts: PriorCounts, defaults: PriorDefaults) -> GlobalPrior:
+    """The prior whose figures ``counts`` give."""
+    edges, p50, p90, mean = counts.figures()
+    return GlobalPrior(
+        edges=edges, p50=p50, p90=p90, mean=mean, rows=counts.rows, defaults=defaults, counts=counts
     )
-    stats = [_counted_bin_stats(row) for row in counts.reshape(len(edges) + 1, width)]
-    return edges, *(np.array([s[i] for s in stats]) for i in range(3))
-
-
-def _counted_bin_stats(counts: IntArray) -> tuple[float, float, float]:
-    """``_bin_stats`` of the rows whose lengths ``counts`` counts (``counts[v]`` rows of length v)."""
-    values = np.flatnonzero(counts)
-    cumulative = np.cumsum(counts[values])
-    n = int(cumulative[-1])
-    middle = _order_statistics(values, cumulative, [(n - 1) // 2, n // 2]).astype(np.float64)
-    median = float(np.median(middle[:1] if n % 2 else middle))
-    p90 = float(_quantile_of(values, cumulative, np.array([0.9]), np.dtype(np.float64))[0])
-    return median, p90, float(int((values * counts[values]).sum()) / n)
-
-
-def _order_statistics(values: IntArray, cumulative: IntArray, ranks: list[int] | IntArray) -> IntArray:
-    """The ``ranks``-th smallest (0-based) of rows counted as ``cumulative`` over sorted ``values``."""
-    return values[np.searchsorted(cumulative, np.asarray(ranks), side="right")]
-
-
-def _quantile_of(values: IntArray, cumulative: IntArray, levels: FloatArray, dtype: np.dtype) -> FloatArray:
-    """``np.quantile`` (linear) at ``levels`` of the rows counted as ``cumulative`` over ``values``,
-    as ``dtype``, to the bit: numpy interpolates between the order statistics at the floor and the
-    floor + 1 of ``(n - 1) * level`` (both the last where that passes n - 1) by the fraction, so the
-    same fraction asked of those two values alone is the same arithmetic on the same numbers."""
-    n = int(cumulative[-1])
-    out = np.empty(len(levels))
-    for i, level in enumerate(levels):
-        virtual = (n - 1) * np.float64(level)
-        below = n - 1 if virtual >= n - 1 else int(np.floor(virtual))
-        pair = _order_statistics(values, cumulative, [below, min(below + 1, n - 1)]).astype(dtype)
-        out[i] = np.quantile(pair, virtual - np.floor(virtual) if virtual < n - 1 else 0.0)
-    return out
-
-
-def _without_empty_bins(
-    edges: FloatArray, prompt_tokens: IntArray, counts: IntArray | None = None
-) -> FloatArray:
-    """``edges`` less those that bound a bin no row falls in (merged into its neighbour); with
-    ``counts``, ``prompt_tokens`` are distinct lengths of that many rows each.
-
-    Interpolated quantile cuts leave such bins where many prompts share one length (every prompt of
-    512 tokens puts every row at or past a cut of 512): their quantiles were NaN, and a new prompt
-    shorter than the cut got a NaN prediction, which failed the whole batch's validation."""
-    while len(edges):
-        at = np.searchsorted(edges, prompt_tokens, side="right")
-        rows = np.bincount(at, weights=counts, minlength=len(edges) + 1)
-        empty = np.flatnonzero(rows == 0)
-        if len(empty) == 0:
-            break
-        edges = np.delete(edges, max(int(empty[0]) - 1, 0))
-    return edges
 
 
 def _bin_stats(y: FloatArray) -> tuple[float, float, float]:

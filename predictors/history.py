@@ -215,13 +215,14 @@ class History:
         """``version_before`` with the lock held."""
         return sum(n for first, n in self._appends.items() if first < step)
 
-    def columns_before(self, step: int, *names: str) -> tuple[IntArray, ...]:
-        """The columns ``names`` (of ``Trace``'s integer ones) of the rows of steps before ``step``,
-        in arrival order, taken chunk by chunk: ``trace`` would join every column of every row first
-        (~20 ms at 1.2 M rows), where the global prior reads two columns of them."""
+    def columns_before(self, step: int, *names: str, since: int | None = None) -> tuple[IntArray, ...]:
+        """The columns ``names`` (of ``Trace``'s integer ones) of the rows of steps before ``step``
+        (and from ``since`` on, where given), in arrival order, taken chunk by chunk: ``trace`` would
+        join every column of every row first (~20 ms at 1.2 M rows), where the global prior reads two
+        columns of them (of the steps it had not counted, with ``since``)."""
         with self._lock:
             chunks = list(self._chunks)
-        earlier = [c.step < step for c in chunks]
+        earlier = [(c.step < step) if since is None else (c.step < step) & (c.step >= since) for c in chunks]
         return tuple(
             np.concatenate([getattr(c, name)[m] for c, m in zip(chunks, earlier, strict=True)])
             if chunks
@@ -244,7 +245,7 @@ class History:
             base = self._resumable(step)
             chunks = list(self._chunks)  # the rows ``version`` and ``base`` stand for, none that came after
             codes, ids = list(self._codes), self._ids
-        rows = None if base is None else _between(chunks, base.before, step)
+        rows = None if base is None else _between(chunks, codes, base.before, step)
         if base is None or rows is None:
             # appends grow ``ids`` at its end (codes held keep theirs); a pruning replaces it
             with self._lock:
@@ -254,7 +255,7 @@ class History:
             cutoff.check()
             stats = stats_of(trace, step, (joined_codes, names))
         else:
-            stats = resume_stats(base, rows, step)
+            stats = resume_stats(base, rows[0], step, codes=rows[1])
         with self._lock:
             self._stats[step] = (version, stats)
             for old in sorted(self._stats)[:-4]:  # keep the four latest steps asked about
@@ -267,15 +268,19 @@ class History:
         return self._stats[max(valid)][1] if valid else None
 
 
-def _between(chunks: list[Trace], start: int, stop: int) -> Trace | None:
-    """The rows of steps ``start`` to ``stop - 1`` of ``chunks`` (in order), or None where a row of a
+def _between(
+    chunks: list[Trace], codes: list[IntArray], start: int, stop: int
+) -> tuple[Trace, IntArray] | None:
+    """The rows of steps ``start`` to ``stop - 1`` of ``chunks`` (in order) and their prompt codes
+    (of ``codes``, each chunk's), or None where a row of a
     step before ``start`` comes after one of them: ``stats_of`` would then number the prompts in
     another order than a fold resumed from ``start`` (first seen over all those rows), and the stats
     would not be identical. Read chunk by chunk, without joining them: the join copied every column
     of every row (~20 ms at 1.2 M rows) on each replica's first predict of a step, for the few rows
     of one step. Only the columns the fold reads are kept."""
     parts: list[Trace] = []
-    for chunk in chunks:
+    coded: list[IntArray] = []
+    for chunk, chunk_codes in zip(chunks, codes, strict=True):
         old = chunk.step < start
         new = (chunk.step >= start) & (chunk.step < stop)
         if old.any() and (
@@ -284,4 +289,5 @@ def _between(chunks: list[Trace], start: int, stop: int) -> Trace | None:
             return None
         if new.any():
             parts.append(replace(chunk, numeric={}, categorical={}).take(new))
-    return Trace.concat(parts)
+            coded.append(chunk_codes[new])
+    return Trace.concat(parts), np.concatenate(coded) if coded else np.empty(0, dtype=np.int64)

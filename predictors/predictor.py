@@ -66,7 +66,8 @@ class LengthPredictor:
         self._stamp = ""  # ModelStore.stamp of the version held, "" when none came from a store
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
-        self._global_prior_cache: tuple[tuple[int, int, int], GlobalPrior, float] | None = None
+        # (id of the history, step, its version_before) -> prior and spread, the latest few steps
+        self._global_prior_cache: tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...] = ()
         if model is not None:
             prepare()  # a model's predictions read the drift (``predictors.drift.prepare``)
 
@@ -94,7 +95,7 @@ class LengthPredictor:
         running finish with the one they started with."""
         with self._lock:
             self._history = history
-            self._global_prior_cache = None
+            self._global_prior_cache = ()
 
     def use_model(self, model: FittedModel | None, version: int | None = None, stamp: str = "") -> None:
         """Swap the model atomically; calls already running finish with the one they started with.
@@ -202,13 +203,37 @@ class LengthPredictor:
         between the two reads gave a prediction the stats of one history and the prior of another."""
         key = (id(history), step, history.version_before(step))
         cached = self._global_prior_cache
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
-        prompt_tokens, output_tokens = history.columns_before(step, "prompt_tokens", "output_tokens")
-        prior = GlobalPrior.of(prompt_tokens, output_tokens, self._defaults)
+        for held, prior, sigma in cached:
+            if held == key:
+                return prior, sigma
+        found = self._resumed_prior(history, step, cached)
+        if found is None:
+            columns = history.columns_before(step, "prompt_tokens", "output_tokens")
+            found = GlobalPrior.of(*columns, self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
-        self._global_prior_cache = (key, prior, sigma)
-        return prior, sigma
+        with self._lock:  # the latest four steps asked about, as ``History.stats_before`` keeps
+            kept = [e for e in self._global_prior_cache if e[0][:2] != key[:2]] + [(key, found, sigma)]
+            self._global_prior_cache = tuple(sorted(kept, key=lambda e: e[0][1])[-4:])
+        return found, sigma
+
+    @staticmethod
+    def _resumed_prior(
+        history: History, step: int, cached: tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...]
+    ) -> GlobalPrior | None:
+        """The prior before ``step`` from the cached one of the latest earlier step whose rows are still
+        all held and none came since (its version holds), counting only the rows of the steps between
+        (``GlobalPrior.advanced``, identical to the bit): the step's first predict after its
+        actuals counted every row held (~17 ms of CPU at 1.2 M rows). None: count them all."""
+        valid = [
+            (held[1], prior)
+            for held, prior, _ in cached
+            if held[0] == id(history) and held[1] < step and held[2] == history.version_before(held[1])
+        ]
+        if not valid:
+            return None
+        since, base = max(valid, key=lambda e: e[0])
+        new = history.columns_before(step, "prompt_tokens", "output_tokens", since=since)
+        return base.advanced(*new)
 
 
 def _seen_lengths(

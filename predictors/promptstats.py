@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from predictors import cutoff
-from predictors.stepgroups import StepGroups, coded_first_seen, factorize, step_groups
+from predictors.stepgroups import StepGroups, coded_first_seen, factorize, recoded, step_groups
 from predictors.tracetable import FloatArray, IntArray, Trace
 
 EWM_ALPHA = 0.5  # weight of the newest step in the exponentially weighted mean of step means
@@ -216,9 +216,10 @@ def stats_of(trace: Trace, before: int, coded: tuple[IntArray, Sequence[str]] | 
     return fold.snapshot(before)
 
 
-def resume_stats(stats: PromptStats, rows: Trace, before: int) -> PromptStats:
+def resume_stats(stats: PromptStats, rows: Trace, before: int, codes: IntArray | None = None) -> PromptStats:
     """``stats`` advanced over ``rows``: every row of steps ``stats.before`` to ``before - 1``, in
-    the order they follow the rows ``stats`` folded.
+    the order they follow the rows ``stats`` folded; ``codes``, where given, number the rows' prompts
+    (equal codes, equal ids: ``History``'s), so only each prompt's first row is hashed (``recoded``).
 
     The same arithmetic in the same order as ``stats_of`` over both sets of rows, so the result is
     identical to it, bit for bit, while costing only the new rows (the service's first predict of
@@ -226,9 +227,10 @@ def resume_stats(stats: PromptStats, rows: Trace, before: int) -> PromptStats:
     an earlier step that came after these would be numbered earlier by ``stats_of``.
     """
     fold = _Fold.resumed(stats)
-    codes, _ = factorize(rows.prompt_id, fold.index)
+    index = fold.index
+    mine = factorize(rows.prompt_id, index)[0] if codes is None else recoded(codes, rows.prompt_id, index)
     fold.grow()
-    _advance_steps(fold, rows, codes)
+    _advance_steps(fold, rows, mine)
     return fold.snapshot(before)
 
 

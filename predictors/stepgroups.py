@@ -43,6 +43,24 @@ def coded_first_seen(codes: IntArray, names: Sequence[str]) -> tuple[IntArray, d
     return renumbered[codes], {names[code]: new for new, code in enumerate(order.tolist())}
 
 
+def recoded(codes: IntArray, values: ObjArray, index: dict[str, int]) -> IntArray:
+    """``factorize(values, index)[0]`` from ``codes`` that number ``values`` already (equal codes
+    where the values are equal: ``History``'s, made as each chunk was appended), growing ``index``
+    alike: only the first row of each distinct code is hashed, in the order those rows come, so
+    the new values are numbered as factorize numbers them. Hashing every row of a step again was
+    ~6 ms of the ~9 ms resumed fold of a 32,768-row step (each replica's first predict of a step)."""
+    if len(codes) == 0:
+        return np.empty(0, dtype=np.int64)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # the distinct codes by their first row: factorize meets them so
+    setdefault = index.setdefault
+    mine = np.empty(len(first), dtype=np.int64)
+    mine[order] = np.fromiter(
+        (setdefault(v, len(index)) for v in values[first[order]]), dtype=np.int64, count=len(first)
+    )
+    return mine[inverse.ravel()]
+
+
 def sorted_codes(prompt_ids: ObjArray) -> IntArray:
     """Each row's prompt numbered by the sorted order of the ids: the same numbers whatever the
     order of the rows (first-seen codes would follow it). Sorts the distinct ids only."""

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from predictors.fallbacks import MAX_BINS, MIN_BIN_ROWS, GlobalPrior, PriorDefaults, pooled_log_sd
+from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd
+from predictors.priorcounts import MAX_BINS, MIN_BIN_ROWS
 from predictors.promptstats import stats_of
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
