@@ -207,9 +207,11 @@ class LengthPredictor:
             if held == key:
                 return prior, sigma
         found = self._resumed_prior(history, step, cached)
+        if found is not None and history.version_before(step) != key[2]:
+            found = None  # rows came meanwhile: the old counts and the new rows' may be of two moments
         if found is None:
-            columns = history.columns_before(step, "prompt_tokens", "output_tokens")
-            found = GlobalPrior.of(*columns, self._defaults)
+            prompt_tokens, output_tokens = history.columns_before(step, "prompt_tokens", "output_tokens")
+            found = GlobalPrior.of(prompt_tokens, output_tokens, self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
         with self._lock:  # the latest four steps asked about, as ``History.stats_before`` keeps
             kept = [e for e in self._global_prior_cache if e[0][:2] != key[:2]] + [(key, found, sigma)]
@@ -223,7 +225,10 @@ class LengthPredictor:
         """The prior before ``step`` from the cached one of the latest earlier step whose rows are still
         all held and none came since (its version holds), counting only the rows of the steps between
         (``GlobalPrior.advanced``, identical to the bit): the step's first predict after its
-        actuals counted every row held (~17 ms of CPU at 1.2 M rows). None: count them all."""
+        actuals counted every row held (~17 ms of CPU at 1.2 M rows). None: count them all.
+
+        The caller checks the version of ``step`` again after it: rows of a step before ``step``
+        arriving while this reads would leave the sum of counts taken at two moments."""
         valid = [
             (held[1], prior)
             for held, prior, _ in cached
@@ -232,8 +237,10 @@ class LengthPredictor:
         if not valid:
             return None
         since, base = max(valid, key=lambda e: e[0])
-        new = history.columns_before(step, "prompt_tokens", "output_tokens", since=since)
-        return base.advanced(*new)
+        prompt_tokens, output_tokens = history.columns_before(
+            step, "prompt_tokens", "output_tokens", since=since
+        )
+        return base.advanced(prompt_tokens, output_tokens)
 
 
 def _seen_lengths(
