@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from predictors import cutoff
 from predictors.promptstats import PromptStats, resume_stats, stats_of
@@ -222,7 +224,7 @@ class History:
         columns of them (of the steps it had not counted, with ``since``)."""
         with self._lock:
             chunks = list(self._chunks)
-        earlier = [(c.step < step) if since is None else (c.step < step) & (c.step >= since) for c in chunks]
+        earlier = [_rows_of_steps(c, since, step) for c in chunks]
         return tuple(
             np.concatenate([getattr(c, name)[m] for c, m in zip(chunks, earlier, strict=True)])
             if chunks
@@ -281,6 +283,18 @@ def _between(
     parts: list[Trace] = []
     coded: list[IntArray] = []
     for chunk, chunk_codes in zip(chunks, codes, strict=True):
+        if len(chunk) == 0:
+            continue
+        low, high = _steps_of(chunk)
+        if high < start:  # every row older: after rows of these steps, the fold cannot resume
+            if parts:
+                return None
+            continue
+        if low >= start and (low >= stop or high < stop):  # no row older; none of these steps, or all
+            if high < stop:
+                parts.append(replace(chunk, numeric={}, categorical={}))
+                coded.append(chunk_codes)
+            continue
         old = chunk.step < start
         new = (chunk.step >= start) & (chunk.step < stop)
         if old.any() and (
@@ -291,3 +305,32 @@ def _between(
             parts.append(replace(chunk, numeric={}, categorical={}).take(new))
             coded.append(chunk_codes[new])
     return Trace.concat(parts), np.concatenate(coded) if coded else np.empty(0, dtype=np.int64)
+
+
+def _rows_of_steps(chunk: Trace, start: int | None, stop: int) -> slice | npt.NDArray[np.bool_]:
+    """The rows of ``chunk`` of steps ``start`` (None: any) to ``stop - 1``: every row or none (a
+    slice: no mask is made), else a mask."""
+    if len(chunk) == 0:
+        return slice(0, 0)
+    low, high = _steps_of(chunk)
+    if (start is None or low >= start) and high < stop:
+        return slice(None)
+    if low >= stop or (start is not None and high < start):
+        return slice(0, 0)
+    earlier = chunk.step < stop
+    return earlier if start is None else earlier & (chunk.step >= start)
+
+
+_step_ranges: weakref.WeakKeyDictionary[Trace, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _steps_of(chunk: Trace) -> tuple[int, int]:
+    """The lowest and highest step of ``chunk``'s rows (it has some), found once per
+    chunk (chunks are never changed, only replaced): the first predict of each step compared every
+    held row's step, for the fold and again for the prior (~4 ms of CPU at 1.2 M rows), to find
+    the rows of the one step that came since."""
+    found = _step_ranges.get(chunk)
+    if found is None:
+        found = (int(chunk.step.min()), int(chunk.step.max()))
+        _step_ranges[chunk] = found
+    return found
