@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from predictors.fallbacks import GlobalPrior
 from predictors.history import History
 from predictors.predictor import LengthPredictor, Predictions
+from predictors.promptstats import stats_of
 from predictors.queries import Query
 from predictors.stepgroups import factorize, recoded
 from scheduler.trace import TraceRow
@@ -69,6 +70,19 @@ def test_recoding_given_codes_numbers_prompts_as_hashing_every_row(
     mine = recoded(codes, names, index)
     assert mine.tolist() == factorize(names, theirs)[0].tolist()
     assert list(index.items()) == list(theirs.items())
+
+
+def test_rows_of_an_older_step_after_the_new_steps_rows_fold_the_prompts_in_arrival_order() -> None:
+    """A chunk wholly of older steps after one of the steps to fold: the full fold numbers the new
+    step's prompt before that chunk's, which a fold resumed from the older steps cannot."""
+    history = History([TraceRow(0, "a", 0, 10, 5)])
+    history.stats_before(1)
+    history.append([TraceRow(2, "new", 0, 10, 7)])
+    history.append([TraceRow(1, "late", 0, 10, 9)])  # arrived before the fold of step 2 was cached
+    history.stats_before(2)  # resumed from step 1's: the chunks stay apart
+    got, want = history.stats_before(3), stats_of(history.trace, 3)
+    assert list(got.index.items()) == list(want.index.items()) == [("a", 0), ("new", 1), ("late", 2)]
+    assert got.total.tolist() == want.total.tolist()
 
 
 def _row(step: int, prompt: int, sample: int, length: int) -> TraceRow:
