@@ -56,7 +56,10 @@ class PriorCounts:
         if not every and (len(edges) != len(self.edges) or not np.array_equal(edges, self.edges)):
             return None
         width = top_y + 1
-        bins = np.searchsorted(edges, prompt_tokens, side="right")
+        if len(prompt_tokens) > top_p:  # a bin per length, looked up: a search per row was ~10 ms at 1.2 M
+            bins = np.searchsorted(edges, np.arange(top_p + 1), side="right")[prompt_tokens]
+        else:  # one step's rows, fewer than the lengths
+            bins = np.searchsorted(edges, prompt_tokens, side="right")
         per_bin = np.bincount(bins * width + output_tokens, minlength=(len(edges) + 1) * width)
         per_bin = per_bin.reshape(len(edges) + 1, width)
         if not every:
