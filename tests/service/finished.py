@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from service.api.progress_schemas import ResultEntry
 from service.delivery.records import TrajectoryResult
 
 
@@ -39,3 +40,25 @@ def finished_with(
 
 
 RESULT = finished_with()
+
+
+def stored_entry(finish_reason: str, output_tokens: int) -> ResultEntry:
+    """One result as ``GET /schedule/{id}/results`` pages it (``p#0`` of prompt ``p``, 10 prompt tokens),
+    for the tests of what the trainer's client makes of a stored result: its finish reason and count
+    are what those tests are about."""
+    return ResultEntry.model_validate(
+        {
+            "stream_id": "1-0",
+            "key": "p#0",
+            "prompt_id": "p",
+            "sample_idx": 0,
+            "worker_id": "w0",
+            "attempt": 1,
+            "output_tokens": output_tokens,
+            "finish_reason": finish_reason,
+            "wall_time_s": 1.0,
+            "output": "",
+            "reward": None,
+            "extra": {"prompt_tokens": 10},
+        }
+    )

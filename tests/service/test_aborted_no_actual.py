@@ -23,10 +23,10 @@ from fastapi.testclient import TestClient
 
 from predictors.tracetable import FINISH_NAMES
 from scheduler.trace import NO_LENGTH, TraceFormatError
-from service.api.progress_schemas import ResultEntry
 from service.client.actuals import actual_from_result
 from service.traceimport.importers import import_generic, parse_mapping
 from tests.service.api_helpers import actual_report
+from tests.service.finished import stored_entry
 from tests.service.replay.clirun import run
 
 HEADER = ["epoch", "uid", "k", "plen", "rlen", "why"]
@@ -89,22 +89,7 @@ def test_the_trace_import_command_writes_nothing_of_a_file_holding_an_abort(
 
 @pytest.mark.parametrize("tokens", [0, 57])
 def test_an_aborted_result_stored_at_any_count_makes_no_actual(tokens: int) -> None:
-    entry = ResultEntry.model_validate(
-        {
-            "stream_id": "1-0",
-            "key": "p#0",
-            "prompt_id": "p",
-            "sample_idx": 0,
-            "worker_id": "w0",
-            "attempt": 1,
-            "output_tokens": tokens,
-            "finish_reason": "abort",
-            "wall_time_s": 1.0,
-            "output": "",
-            "reward": None,
-            "extra": {"prompt_tokens": 10},
-        }
-    )
+    entry = stored_entry("abort", tokens)
     assert actual_from_result(0, entry, {}, {}) is None
 
 
