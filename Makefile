@@ -5,9 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # pytest's parallel workers: most integration tests wait (sleeps, TTLs, servers starting, SIGSTOPped
-# processes) rather than compute, so 4 workers finish the suite sooner than 1 even on 2 cores (measured in
-# docs/experiments.md, "CI time"). `make test PYTEST_WORKERS=0` runs it in one process.
-PYTEST_WORKERS ?= 4
+# processes) rather than compute, so 5 workers finish the suite sooner than 1 even on 2 cores: at 4 the
+# cores idled mid-run where wait-heavy modules met (470 -> 425 s in one clone, round 60; docs/experiments.md,
+# "CI time"). `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 5
 # Python may write bytecode in these commands whatever the environment says (PYTHONDONTWRITEBYTECODE):
 # pytest caches its rewrite of the test modules' asserts only where it may, and tests/rewrite_ahead.py
 # writes that cache once, before pytest's workers start, where each worker would otherwise rewrite all

@@ -3,7 +3,7 @@
 pytest rewrites each test module's ``assert`` statements as it imports the module, so that a failing one
 says what each side was, and caches the rewritten code beside the module (``__pycache__``, where Python may
 write bytecode) for the next import to read. Every xdist worker collects the whole suite, so on a fresh
-clone ``make test``'s four workers start together, find no cache, and each rewrite all ~670 test modules:
+clone ``make test``'s five workers start together, find no cache, and each rewrite all ~670 test modules:
 ~12 CPU-s a worker of its ~23 CPU-s of collection, on CI's two cores (docs/experiments.md, collect58).
 Rewritten here first, by pytest's own rewrite into pytest's own cache and over the host's cores, the
 workers find every module's cached code: the same rewritten code, so the same assertion messages, written

@@ -1,7 +1,7 @@
 """The suite's own LPT: measured seconds per pytest-xdist scope, so ``--dist loadscope`` starts the
 longest scopes first.
 
-Why: loadscope hands whole scopes (a module; tests/scheduler's budget tests as one) to the 4 workers from a
+Why: loadscope hands whole scopes (a module; tests/scheduler's budget tests as one) to the 5 workers from a
 queue that xdist orders by test count, so a scope of a few long tests (a sidecar fleet's makespan, 31 s
 in one test; a serve stopped under a paused Redis, 26 s) is handed out among the last, and the run
 ends on the worker that drew it while the others sit idle (the lead's run at main 216c9c36: the last
@@ -10,7 +10,7 @@ leaves only short scopes for the end (helper ci53, docs/experiments.md).
 
 The costs are a table measured from a run's JUnit XML (``scope_costs.json`` beside this module);
 regenerate it after a change that moves a scope's time much:
-``pytest -n 4 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``,
+``pytest -n 5 --dist loadscope --junitxml=/tmp/j.xml`` then ``python -m tests.scope_costs /tmp/j.xml``,
 on the whole suite: the table is rewritten with the run's scopes only (a run of 26 scopes left 26
 of the 137 listed).
 A scope the table lacks (a new module) is estimated at the table's mean seconds per test times its
