@@ -261,6 +261,20 @@ def test_a_take_back_keeps_the_latest_deadline_of_the_requests_left(
     assert 90_000 < redis_client.pttl(planning) <= 100_000
 
 
+def test_a_take_back_keeps_the_longest_life_left_though_a_shorter_one_came_after_it(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The latest deadline of every entry left, wherever it sits in the hash: not the last one read
+    (mutants60: planning.lua's unmark taking the last entry's deadline survived the test above)."""
+    planning = keys.schedule_keys("s").planning
+    delivery.mark_planning("s", "long", ttl_ms=100_000, now_ms=T0)
+    delivery.mark_planning("s", "short", ttl_ms=1_000, now_ms=T0)
+    delivery.mark_planning("s", "refused", ttl_ms=50_000, now_ms=T0)
+    delivery.unmark_planning("s", "refused", now_ms=T0 + 500)
+    assert sorted(redis_client.hkeys(planning)) == ["long", "short"]
+    assert 90_000 < redis_client.pttl(planning) <= 99_500
+
+
 def test_a_take_back_once_the_others_deadlines_passed_leaves_no_mark(
     delivery: Delivery, redis_client: redis.Redis
 ) -> None:
