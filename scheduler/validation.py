@@ -162,7 +162,7 @@ def _validate_excluded(excluded: object, capacities: dict[str, int]) -> None:
 
 
 def validate_unique_keys(request: PlanRequest) -> None:
-    """The rule of one trajectory a key alone, for a policy called directly (``policies.unholdable``)."""
+    """The rule of one trajectory a key alone, for a policy called directly (``build_problem``)."""
     _validate_unique_keys(request)
 
 

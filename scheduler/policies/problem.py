@@ -33,9 +33,10 @@ from scheduler.finish import queue_finishes, worker_finish
 from scheduler.gcpause import collector_paused
 from scheduler.policies.plan_draws import SeededDraws, Spread
 from scheduler.policies.problem_columns import Columns, trajectory_columns
-from scheduler.policies.unholdable import Unholdable, refuse_repeated_keys, refuse_unholdable
+from scheduler.policies.unholdable import Unholdable, refuse_unholdable
 from scheduler.sim_rules import DEFAULT_ENGINE
 from scheduler.types import PlanRequest
+from scheduler.validation import validate_unique_keys
 
 GIVE_UP_EVERY = 4096  # units built between the caller's hard-deadline checks (``_single_units``)
 SPEED_TOLERANCE = 0.25  # relative spread of time scales within one kind (``worker_kinds``): a pool
@@ -189,7 +190,9 @@ def build_problem(request: PlanRequest) -> Problem:
     called without the planner's (``scheduler.policies.unholdable``: a batch no worker may hold, or
     holding one key twice, is refused in the validation's words)."""
     problem = problem_and_bound_columns(request)[0]
-    refuse_repeated_keys(request)
+    # After the build, so a request breaking an earlier rule too is refused for that one, as the
+    # planner refuses it; the planner's own path (``problem_and_bound_columns``) never pays this.
+    validate_unique_keys(request)
     return problem
 
 

@@ -11,7 +11,8 @@ it fitted, and met an unknown pin or a pool all drained with a ``KeyError``, ``Z
 with, detects it where it looks for the workers a unit may take, at no cost to a valid request, and
 refuses it here in the validation's words. An empty batch is refused here too, the batch-wide case:
 ``least_loaded``, ``lpt`` and ``cpsat`` raised ``ZeroDivisionError`` on it. So is a batch holding one
-key twice (``refuse_repeated_keys``): every policy planned both, one key on two workers (edges60).
+key twice (``validation.validate_unique_keys``, called by ``build_problem``): every policy planned
+both, one key on two workers (edges60).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import NoReturn
 
 from scheduler.errors import InvalidInputError
 from scheduler.types import PlanRequest
-from scheduler.validation import validate_request, validate_unique_keys
+from scheduler.validation import validate_request
 
 
 class Unholdable(Exception):  # noqa: N818 - a signal to ``build_problem``, answered by ``refuse_unholdable``
@@ -38,13 +39,3 @@ def refuse_unholdable(request: PlanRequest) -> NoReturn:
     raise InvalidInputError(
         "trajectories", len(request.trajectories), "a trajectory no active worker may hold"
     )
-
-
-def refuse_repeated_keys(request: PlanRequest) -> None:
-    """Raise the validation's ``InvalidInputError`` for a batch holding one trajectory key twice
-    (``trajectories[4]='p1#0': duplicate trajectory key (first at [1])``), as a planned request is
-    refused. A policy places trajectories by position, so called directly it planned both, and the
-    plan put one key on two workers (edges60). Checked by ``build_problem`` once the problem is
-    built, so a request that breaks an earlier rule too is refused for that one, as the planner
-    refuses it; the planner's own path (``problem_and_bound_columns``, validated) never pays it."""
-    validate_unique_keys(request)
