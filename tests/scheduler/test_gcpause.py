@@ -15,7 +15,8 @@ from scheduler.errors import InvalidInputError
 from scheduler.gcpause import collector_paused
 from scheduler.policies.problem import build_problem
 from scheduler.validation import validate_request
-from tests.scheduler.cycles import Cycle
+from tests.fresh_interpreter import in_fresh_interpreter
+from tests.scheduler.collector_scenarios import overlapping_pauses
 
 
 def test_the_collector_is_held_inside_and_enabled_again_after() -> None:
@@ -131,29 +132,9 @@ def test_pauses_that_overlap_without_a_gap_still_collect_once_enough_is_left_unc
     """Plans overlapping without end (a busy replica's slots) held the collector for good: the count
     never fell to zero. Now a pause that ends under another, once ``MAX_PENDING`` objects are left
     uncollected, runs one full collection (the cycles made meanwhile are freed), while the pause still
-    running keeps the collector disabled; below that, none."""
-    collections: list[int] = []
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    gc.collect()
-    gc.callbacks.append(count)
-    try:
-        with collector_paused():  # one plan always running ...
-            with collector_paused():  # ... another ends below the bound: no collection
-                Cycle()
-            before = list(collections)
-            litter = [Cycle() for _ in range(gcpause.MAX_PENDING)]
-            del litter  # the list is freed; its cycles wait for the collector
-            with collector_paused():  # ... and one ends above it
-                pass
-            held = not gc.isenabled()
-            alive = sum(isinstance(o, Cycle) for o in gc.get_objects())
-    finally:
-        gc.callbacks.remove(count)
-        gc.enable()
+    running keeps the collector disabled; below that, none. Read in a fresh interpreter: the
+    collector's counts are the whole process's (``tests.fresh_interpreter``)."""
+    before, collections, held, alive = in_fresh_interpreter(overlapping_pauses)
     assert (before, collections) == ([], [2])
     assert held
     assert alive == 0
