@@ -39,8 +39,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Every folder that holds Python, deploy/'s scripts included (the image runs its health check):
+# tests/test_quick_start_docs.py checks the list against the tree.
 typecheck: $(STAMP)
-	$(BIN)/mypy scheduler predictors service tests
+	$(BIN)/mypy scheduler predictors service tests deploy
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope

@@ -56,3 +56,26 @@ def test_make_test_runs_ruff_strict_mypy_and_pytest_in_the_workers_the_readme_gi
     assert recipe(makefile, "pytest")[1] == [f"$(BIN)/pytest -n $(PYTEST_WORKERS) --dist {workers[1]}"]
     assert workers[0] == default
     assert "`make test PYTEST_WORKERS=0` for one process" in quick
+
+
+# Top-level folders no Python of the project lives in: hidden ones and what .gitignore keeps out.
+UNCHECKED = {"build", "dist", "var"}
+
+
+def test_make_test_type_checks_every_top_level_folder_that_holds_python() -> None:
+    """Issue 2 puts mypy inside ``make test``: its ``typecheck`` names folders, and ``deploy/`` (the
+    image's health check, the constraints' pinning script) arrived after the list was written and was
+    never added, so a type error there passed ``make test``."""
+    (command,) = recipe((ROOT / "Makefile").read_text(), "typecheck")[1]
+    checked = set(command.split()[1:])
+    holding = {
+        folder.name
+        for folder in ROOT.iterdir()
+        if folder.is_dir()
+        and not folder.name.startswith(".")
+        and folder.name not in UNCHECKED
+        and not folder.name.endswith(".egg-info")
+        and any(folder.rglob("*.py"))
+    }
+    assert "deploy" in holding
+    assert holding <= checked, f"make typecheck leaves out {sorted(holding - checked)}"
