@@ -90,6 +90,23 @@ def test_scheduler_core_does_no_io() -> None:
     assert io_offenders(ROOT) == {}
 
 
+def test_the_core_s_domain_types_are_frozen_dataclasses() -> None:
+    """Issue 2 asks for frozen dataclasses with no I/O: a plan or request shared between the planning
+    threads, the replay's processes and the service's answer cannot change under its readers. The
+    I/O half was tested above; nothing failed if a type lost ``frozen=True``."""
+    import dataclasses
+
+    from scheduler import devices, types
+
+    for module in (types, devices):
+        own = [c for c in vars(module).values() if isinstance(c, type)]
+        classes = [c for c in own if c.__module__ == module.__name__]
+        assert classes, module.__name__
+        for cls in classes:
+            assert dataclasses.is_dataclass(cls), cls.__qualname__
+            assert cls.__dataclass_params__.frozen, cls.__qualname__  # type: ignore[attr-defined]
+
+
 PROBE = """
 import importlib
 import os

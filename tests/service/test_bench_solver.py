@@ -97,3 +97,19 @@ def test_bench_solver_with_a_p90_ratio_plans_batches_with_quantiles_and_says_so(
         _cli(), ["bench", "solver", "--repeats", "1", "--max-trajectories", "1024", "--p90-ratio", "1.6"]
     )
     assert "p90 1.6x each prediction" in table.output
+
+
+def test_bench_solver_plans_the_issues_sizes_on_a_half_h100_half_ascend_pool_within_its_budgets() -> None:
+    """Issue 2 names the sizes (1,024 x 16 up to 32,768 x 256), the pool (half H100, half Ascend
+    910B) and the wall-time targets the budgets must stay within (250 ms at 4,096 x 32, 1 s at
+    32,768 x 256); the tests above run 1,024 x 16 only, so a size dropped or a pool changed went
+    unnoticed until docs/benchmarks.md's table was rewritten."""
+    from scheduler.benchgen import bench_request
+
+    assert bench_solver.SIZES == ((1_024, 16), (4_096, 32), (16_384, 128), (32_768, 256))
+    assert bench_solver.BUDGET_S[4_096] <= 0.25
+    assert bench_solver.BUDGET_S[32_768] <= 1.0
+    request = bench_request(64, 8, seed=0)
+    kinds = [w.device.name for w in request.inventory.workers]
+    assert kinds == ["H100"] * 4 + ["Ascend910B"] * 4
+    assert request.inventory.model.name == "7b"
