@@ -17,7 +17,8 @@ Four limits, each a relaxation of the real engine, and the bound is their maximu
     (``scheduler.tailbound``): a fluid cover with every trajectory its own length, solved exactly by
     a dynamic programme over worker counts, checked by a band cover that keeps trajectories whole.
     The largest ``T`` at which either proves no cover exists is a bound. On heavy-tailed batches
-    where every worker must host a long trajectory this is the binding limit, 30-35% above (c).
+    where every worker must host a long trajectory this is the binding limit, 32-44% above (c) on the
+    solver benchmark's 4,096 x 32 batches (docs/solver.md, "The lower bound").
     Under prefix affinity the cover's units are groups, each at its longest member's length.
     With a time scale per worker the fluid cover ranks each family's workers by speed, each credited
     near its own (``_families``, ``scheduler.tailcover``); (b) and (c) sum every worker's own rate.
