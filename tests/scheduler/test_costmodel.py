@@ -51,6 +51,15 @@ def test_saturated_throughput_runs_as_many_sequences_as_slots_and_cache_allow() 
     assert cost.saturated_tps(50_000.0) == pytest.approx(1 / cost.step_time(1, 50_000.0))  # never none
 
 
+def test_single_sequence_speed_is_one_token_a_step_of_one_sequence_alone() -> None:
+    # issue 2 names it beside the saturated throughput; the service converts a stated
+    # decode_tokens_per_s into a time scale with it (service/api/convert.py)
+    cost = worker_cost(Worker("w", device_profile("Ascend910B"), time_scale=2.0), MODEL)
+    for context in (0.0, 8_000.0):
+        assert cost.single_sequence_tps(context) == 1 / cost.step_time(1, context)
+    assert cost.single_sequence_tps(0.0) > cost.single_sequence_tps(8_000.0)  # the cache read grows
+
+
 def test_a_model_that_leaves_no_kv_cache_is_refused_naming_the_device() -> None:
     worker = Worker("small", device_profile("Ascend910B"))
     with pytest.raises(InvalidInputError, match="leaves no KV cache") as caught:
