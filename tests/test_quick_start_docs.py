@@ -79,3 +79,14 @@ def test_make_test_type_checks_every_top_level_folder_that_holds_python() -> Non
     }
     assert "deploy" in holding
     assert holding <= checked, f"make typecheck leaves out {sorted(holding - checked)}"
+
+
+def test_ci_runs_make_test_from_the_repository_root_and_stops_on_the_first_failure() -> None:
+    """Issue 2's ``.ci/run`` calls ``make test``: nothing read the script, so a CI that ran something
+    else, or from another folder, or went on past a failure, passed every test."""
+    script = ROOT / ".ci" / "run"
+    assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    assert lines[0] == "#!/usr/bin/env bash"
+    commands = [line for line in lines[1:] if line and not line.startswith("#")]
+    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test"]
