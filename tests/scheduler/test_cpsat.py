@@ -68,7 +68,9 @@ def test_cpsat_plans_512_groups_on_64_workers_with_affinity_pins_and_exclusions(
     trajectories = tuple(dataclasses.replace(t, pinned_worker=pinned.get(t.prompt_id)) for t in batch)
     request = PlanRequest(trajectories, inventory, time_budget_s=1.0, prefix_affinity=True,
                           excluded_workers=frozenset({"h100-0", "a910b-63"}))  # fmt: skip
-    result = plan(request, "cpsat")
+    with clock.frozen():  # the searched plan, whatever the host's load: lpt's fallback passed it all
+        result, lpt = plan(request, "cpsat"), plan(request, "lpt")
+    assert result.status in {"OPTIMAL", "FEASIBLE"}
     where = {key: wp.worker_id for wp in result.workers for key in wp.items}
     assert len(where) == len(trajectories)
     groups: dict[str, set[str]] = {}
@@ -78,7 +80,7 @@ def test_cpsat_plans_512_groups_on_64_workers_with_affinity_pins_and_exclusions(
     assert groups["p3"] == {"h100-1"}
     assert groups["p7"] == {"a910b-40"}
     assert not {"h100-0", "a910b-63"} & set(where.values())
-    assert result.predicted_makespan_s <= plan(request, "lpt").predicted_makespan_s
+    assert result.predicted_makespan_s < lpt.predicted_makespan_s
 
 
 def test_cpsat_keeps_trajectories_off_workers_whose_kv_cache_cannot_hold_them() -> None:
