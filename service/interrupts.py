@@ -5,6 +5,14 @@ raises its own KeyboardInterrupt and prints a traceback (mid-import, mid-plan or
 parent then waits for the work already running (seconds of planning) before it can exit. Here the
 workers ignore SIGINT from the moment they start, and an interrupted parent ends them itself.
 
+A Ctrl-C must also never be lost on the parent's side (replay61: 3 of ~400 interrupted replays on
+the loaded 2-core host ran on for seconds, as if never interrupted). Three ways it was: ignored while
+a worker was spawned (``children_ignore_sigint`` now defers it); raised inside a weakref callback or
+a ``__del__``, where Python prints "Exception ignored" and drops it; and handed by the kernel to
+another thread while the main thread slept on a lock, which only the main thread's next bytecode
+notices. ``remembered_sigint`` and ``wait_first`` close the last two: the Ctrl-C is remembered, and
+the pool's waits wake often enough to raise it.
+
 This module imports nothing heavy on purpose: a spawned worker unpickles ``ignore_sigint`` before it
 runs it, so a heavy import here would widen the window in which a Ctrl-C still reaches the worker.
 """
@@ -15,14 +23,17 @@ import multiprocessing
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
-from typing import ParamSpec, TypeVar, cast
+from types import FrameType
+from typing import Any, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 T = TypeVar("T")
 END_WAIT_S = 2.0  # how long an interrupted parent waits for a terminated worker (or the pool) to be gone
+POLL_S = 0.2  # how often a main thread waiting on workers wakes to raise a Ctrl-C it has not raised yet
+_HEARD = threading.Event()  # a Ctrl-C arrived inside ``remembered_sigint`` (set even where it was dropped)
 
 
 def ignore_sigint() -> None:
@@ -33,22 +44,81 @@ def ignore_sigint() -> None:
 
 @contextmanager
 def children_ignore_sigint() -> Iterator[None]:
-    """Processes started inside begin life with SIGINT ignored.
+    """Processes started inside begin life deaf to SIGINT, and a Ctrl-C heard meanwhile is deferred
+    to the block's end, not lost.
 
-    An ignored signal stays ignored across exec, and Python then installs no KeyboardInterrupt
-    handler, so this closes the window between a spawned worker's start and its ``ignore_sigint``
-    (its interpreter start and bootstrap imports). A Ctrl-C in the block itself (a fork and an exec
-    per worker: milliseconds) is lost. Only the main thread may set handlers; elsewhere it does
+    The calling thread blocks SIGINT: a blocked signal stays blocked across fork and exec, so a
+    spawned worker cannot act on a Ctrl-C during its interpreter start and bootstrap imports (it
+    stays pending) until its ``ignore_sigint``, which discards it. The parent's own Ctrl-C is kept
+    by a handler that only records it and is raised again once the block ends. The block used to
+    ignore SIGINT instead: the parent then dropped any Ctrl-C that arrived during a worker's spawn,
+    up to ~90 ms each on the loaded 2-core host and 0.6-0.75% of a replay's run, and the replay ran
+    on as if never interrupted (replay61). Only the main thread may set handlers; elsewhere it does
     nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    heard: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: heard.append(signum))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one pending now is delivered
+        if heard:
+            signal.raise_signal(signal.SIGINT)  # to the handler just put back
+
+
+@contextmanager
+def remembered_sigint() -> Iterator[None]:
+    """Inside, a Ctrl-C is remembered as well as raised, so that ``raise_if_interrupted`` (and
+    ``wait_first``) raise it again where Python dropped it: a KeyboardInterrupt raised inside a
+    weakref callback or a ``__del__`` (an import's module-lock callback, a finalizer run by the
+    garbage collector) is printed as "Exception ignored" and swallowed, and the replay ran on to its
+    end (replay61). Main thread only, and not where SIGINT is ignored (a background job's)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+        yield
+        return
+
+    def remember(signum: int, frame: FrameType | None) -> Any:
+        _HEARD.set()
+        if callable(previous):
+            return previous(signum, frame)
+        raise KeyboardInterrupt
+
+    _HEARD.clear()
+    signal.signal(signal.SIGINT, remember)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        _HEARD.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt where a Ctrl-C arrived inside ``remembered_sigint``, whether or not
+    its own KeyboardInterrupt got out."""
+    if _HEARD.is_set():
+        raise KeyboardInterrupt
+
+
+def wait_first(futures: Iterable[Future[T]], block: bool) -> set[Future[T]]:
+    """The finished of ``futures``: at least one where ``block``, else whatever is done now.
+
+    Waits in ``POLL_S`` slices, raising a remembered Ctrl-C between them. Python runs a signal's
+    handler only in the main thread, and a signal the kernel hands to another thread (LightGBM's,
+    pyarrow's, the pool's own) does not wake a main thread asleep on a lock: one wait for the first
+    of several plans could sleep through a Ctrl-C for as long as they ran (seconds).
+    """
+    pending = list(futures)
+    while True:
+        raise_if_interrupted()
+        done, _ = wait(pending, timeout=POLL_S if block else 0, return_when=FIRST_COMPLETED)
+        if done or not block:
+            return done
 
 
 def end_processes(processes: Iterable[BaseProcess]) -> None:
@@ -65,7 +135,7 @@ class QuietPool(ProcessPoolExecutor):
     """A spawned process pool whose workers ignore Ctrl-C (see the module docstring).
 
     Workers are spawned on ``submit`` (the spawn context starts them on demand), so that is where
-    they are given SIGINT ignored; the initializer repeats it for any the pool starts elsewhere.
+    they are given SIGINT blocked; the initializer ignores it, in any the pool starts elsewhere too.
     """
 
     def __init__(self, processes: int) -> None:
@@ -73,7 +143,7 @@ class QuietPool(ProcessPoolExecutor):
         super().__init__(processes, mp_context=spawn, initializer=ignore_sigint)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        """Queue ``fn``; a worker started for it ignores SIGINT from its first instruction."""
+        """Queue ``fn``; a worker started for it is deaf to SIGINT from its first instruction."""
         with children_ignore_sigint():
             return super().submit(fn, *args, **kwargs)
 
@@ -98,8 +168,9 @@ class QuietPool(ProcessPoolExecutor):
 
 @contextmanager
 def quiet_pool(processes: int) -> Iterator[QuietPool]:
-    """A ``QuietPool`` shut down normally on the way out, or abandoned when Ctrl-C interrupts."""
-    with QuietPool(processes) as pool:  # its exit after ``abandon`` has nothing left to wait for
+    """A ``QuietPool`` shut down normally on the way out, or abandoned when Ctrl-C interrupts; a
+    Ctrl-C inside is remembered (``remembered_sigint``) for ``wait_first`` to raise."""
+    with QuietPool(processes) as pool, remembered_sigint():  # after ``abandon``, exit has nothing to wait for
         try:
             yield pool
         except KeyboardInterrupt:

@@ -23,11 +23,12 @@ import itertools
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.types import Trajectory
+from service.interrupts import wait_first
 
 BUILT_KEEP = 16  # batches a worker keeps built: a few steps' predicted and true batches
 _built: OrderedDict[tuple[str, int], tuple[Trajectory, ...]] = OrderedDict()  # per worker process
@@ -97,7 +98,8 @@ def play_pipelined(
     """Every job of every step, by key. ``steps`` yields each step's jobs once they can run (the
     parent's fit happens inside ``next``); up to ``slots`` jobs are handed to ``pool`` at once (more
     than its processes, so none idles while the parent fits), ready jobs lowest ``rank`` first.
-    ``done`` is told each job as it finishes."""
+    ``done`` is told each job as it finishes; a Ctrl-C is raised here even where Python dropped it
+    (``service.interrupts.wait_first``)."""
     ready: list[tuple[tuple[int, ...], int, Job]] = []
     running: dict[Future[Any], Job] = {}
     results: dict[tuple[int, str], Any] = {}
@@ -109,8 +111,7 @@ def play_pipelined(
             running[pool.submit(job.fn, *job.args)] = job
 
     def collect(block: bool) -> None:
-        finished, _ = wait(running, timeout=None if block else 0, return_when=FIRST_COMPLETED)
-        for future in finished:
+        for future in wait_first(running, block):  # wakes for a Ctrl-C (service.interrupts)
             job = running.pop(future)
             results[job.key] = future.result()
             done(job)
