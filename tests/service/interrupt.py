@@ -4,6 +4,12 @@ The command runs in a session of its own, so a SIGINT to its process group reach
 workers (what a terminal's Ctrl-C does) and nothing of the test's own (its Redis server). It starts
 with Python's SIGINT handler, as from a terminal, even when the tests run with SIGINT ignored (a
 background job of a script, ``nohup``): it would inherit that and never hear the Ctrl-C.
+
+It runs with ``faulthandler`` on, so that a crash says where it happened: round 60's CI saw one
+``replay`` end by SIGSEGV (-11) after its "interrupted" line, with nothing more to go on, and 1,000+
+runs on the loaded 2-core host did not crash again (replay61, docs/experiments.md). A crash then
+prints every thread's Python stack on the command's stderr, which the tests' assertions show; one
+that does not exit is made to (SIGABRT, the same stacks) rather than only timed out.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0  # to import the command and spawn its workers on a loaded machine
+EXIT_TIMEOUT_S = 30.0  # from the SIGINT to the command's exit, before it is stopped and its stacks shown
 COMMAND = (
     "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
     "from service.cli import main; main()"
@@ -40,7 +47,7 @@ def interrupt(args: list[str], workers: int, settle_s: float, whole_group: bool 
     """Run ``rollout-scheduler ARGS``; once it has ``workers`` children, wait ``settle_s`` and send
     SIGINT to its process group (``whole_group``) or to it alone."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", COMMAND, *args],
+        [sys.executable, "-X", "faulthandler", "-c", COMMAND, *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -55,11 +62,26 @@ def interrupt(args: list[str], workers: int, settle_s: float, whole_group: bool 
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        err = _stderr_within(proc, EXIT_TIMEOUT_S)
         return Interrupted(proc.returncode, err, time.monotonic() - sent, children)
     except BaseException:
         _end(proc)
         raise
+
+
+def _stderr_within(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """The command's stderr once it has exited; one still running after ``timeout_s`` is aborted
+    (SIGABRT: ``faulthandler`` prints every thread's stack) and the test fails showing them."""
+    try:
+        return proc.communicate(timeout=timeout_s)[1]
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGABRT)
+        try:
+            err = proc.communicate(timeout=10)[1]
+        except subprocess.TimeoutExpired:
+            err = _end(proc)
+        raise AssertionError(f"still running {timeout_s:.0f} s after the SIGINT:\n{err}") from None
 
 
 def _end(proc: subprocess.Popen[str]) -> str:
