@@ -5,13 +5,13 @@ raises its own KeyboardInterrupt and prints a traceback (mid-import, mid-plan or
 parent then waits for the work already running (seconds of planning) before it can exit. Here the
 workers ignore SIGINT from the moment they start, and an interrupted parent ends them itself.
 
-A Ctrl-C must also never be lost on the parent's side (replay61: 3 of ~400 interrupted replays on
-the loaded 2-core host ran on for seconds, as if never interrupted). Three ways it was: ignored while
-a worker was spawned (``children_ignore_sigint`` now defers it); raised inside a weakref callback or
-a ``__del__``, where Python prints "Exception ignored" and drops it; and handed by the kernel to
-another thread while the main thread slept on a lock, which only the main thread's next bytecode
-notices. ``remembered_sigint`` and ``wait_first`` close the last two: the Ctrl-C is remembered, and
-the pool's waits wake often enough to raise it.
+A Ctrl-C must also never be lost on the parent's side: 4 of 830 interrupted replays on the loaded
+2-core host ran on for 20 s and more, as if never interrupted (replay61). Three ways it can be:
+ignored while a worker was spawned (``children_ignore_sigint`` now defers it); raised inside a
+weakref callback or a ``__del__``, where Python prints "Exception ignored" and drops it; and handed
+by the kernel to another thread while the main thread slept on a lock, which only the main thread's
+next bytecode notices. ``remembered_sigint`` and ``wait_first`` close the last two: the Ctrl-C is
+remembered, and the pool's waits wake often enough to raise it.
 
 This module imports nothing heavy on purpose: a spawned worker unpickles ``ignore_sigint`` before it
 runs it, so a heavy import here would widen the window in which a Ctrl-C still reaches the worker.
