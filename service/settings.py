@@ -33,6 +33,7 @@ from service.delivery.keys import (
 from service.engines import SERVICE_ENGINE
 from service.hosts.names import check_host_names
 from service.logs import LOG_LEVELS
+from service.problems.details import own_words
 from service.redis_conn import check_redis_url, describe
 
 HOUR_S = 3_600
@@ -329,7 +330,7 @@ def invalid_setting(
         return (flags or {}).get(field) or variable_name(field, environ)
 
     cause = first.get("ctx", {}).get("error")
-    why = cause.words(name_of) if isinstance(cause, AcrossSettingsError) else _own_words(first["msg"])
+    why = cause.words(name_of) if isinstance(cause, AcrossSettingsError) else own_words(first["msg"])
     if not where:
         return f"invalid settings: {why}"
     name = _setting_named(where)
@@ -355,15 +356,6 @@ def _variable_names(field: str) -> list[str]:
     if isinstance(alias, AliasChoices):
         return [str(choice) for choice in alias.choices if choice != field]
     return [f"ROLLOUT_{field.upper()}"]
-
-
-def _own_words(message: str) -> str:
-    """pydantic's message without the prefix it puts before a validator's own text (``Value error, ``):
-    the line then reads as the project's, as every other command's refusal does."""
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if message.startswith(prefix):
-            return message[len(prefix) :]
-    return message
 
 
 def _shown_value(name: str, value: object) -> str | None:

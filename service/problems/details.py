@@ -21,6 +21,9 @@ ECHO_DIGITS = 20  # longest integer echoed whole: 2^64 has 20 digits, so any cou
 ECHO_HEAD = 32  # characters of a longer text kept in its echo
 PATH_HEAD = 8  # parts kept at the start of a field path past MAX_ECHO characters
 PATH_TAIL = 2  # and at its end
+# What pydantic puts before the words of a validator's own ``ValueError`` or ``assert`` (error types
+# ``value_error`` and ``assertion_error``): the message is the project's, and reads as it alone
+VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
 
 
 def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
@@ -72,7 +75,8 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     (``echo``); ``errors[]`` carries no inputs at all."""
     unique: dict[str, dict[str, Any]] = {}
     for err in reversed(raw):
-        path, message = field_path(err["loc"], err["type"] != "extra_forbidden") or "body", err["msg"]
+        path = field_path(err["loc"], err["type"] != "extra_forbidden") or "body"
+        message = own_words(err["msg"])
         if err["type"] == "json_invalid":
             path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
         if err["type"] == "extra_forbidden" and (where := hint(path)) is not None:
@@ -94,6 +98,17 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(value, (int, float, bool, str)):
         extra["value"] = echo(value)
     return detail, extra
+
+
+def own_words(message: str) -> str:
+    """pydantic's ``message`` without the prefix it puts before a validator's own text
+    (``VALIDATOR_PREFIXES``): a 422 read ``actuals[0].step: Value error, expected an integer, got
+    1.5``, pydantic's label before the project's words, where every other problem's detail is the
+    project's words alone after the field's path (edges61)."""
+    for prefix in VALIDATOR_PREFIXES:
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
 
 
 def _unhinted(error: dict[str, Any]) -> bool:

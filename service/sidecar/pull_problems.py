@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.hosts.names import refused_host
-from service.problems.details import clipped
+from service.problems.details import clipped, own_words
 from service.problems.table import (
     JSON_HINT,
     BodyEncodingError,
@@ -120,7 +120,7 @@ def _one_invalid(error: Any) -> str:
         detail = (error.get("ctx") or {}).get("error", "")
         return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
     field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-    return f"{clipped(field)}: {error['msg']}"  # an unknown field's name is the worker's: cut short
+    return f"{clipped(field)}: {own_words(error['msg'])}"  # an unknown field's name is the worker's: cut short
 
 
 def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JSONResponse:

@@ -60,7 +60,7 @@ def test_an_unknown_finish_is_refused_naming_the_field_and_the_lease_stays_held_
 
     assert with_api(redis_url, script, session=session) == [
         422,
-        f"finish_reason: Value error, {word!r} is not a finish reason the service knows: {ACCEPTED}",
+        f"finish_reason: {word!r} is not a finish reason the service knows: {ACCEPTED}",
         1,
         {"outcome": "accepted"},
         {"outcome": "duplicate"},
@@ -88,7 +88,7 @@ def test_an_engines_error_is_refused_as_a_failure_and_its_fail_is_still_taken(
 
     assert with_api(redis_url, script) == [
         422,
-        "finish_reason: Value error, 'error' is a generation that failed, not one that finished: "
+        "finish_reason: 'error' is a generation that failed, not one that finished: "
         "report it with POST /fail",
         "requeued",
     ]
@@ -197,7 +197,7 @@ def test_an_unknown_finish_is_quoted_back_only_where_it_is_short_printable_ascii
         return (await client.post("/done", json={**body, "finish_reason": word})).json()["error"]
 
     assert with_api(redis_url, script) == (
-        f"finish_reason: Value error, {shown} is not a finish reason the service knows: {ACCEPTED}"
+        f"finish_reason: {shown} is not a finish reason the service knows: {ACCEPTED}"
     )
 
 
@@ -214,5 +214,5 @@ def test_a_finish_with_a_lone_surrogate_is_refused_as_text_not_as_an_unknown_rea
         return (await client.post("/done", content=sent, headers=as_json)).json()["error"]
 
     assert with_api(redis_url, script) == (
-        "finish_reason: Value error, a lone UTF-16 surrogate at character 4 is not text"
+        "finish_reason: a lone UTF-16 surrogate at character 4 is not text"
     )
