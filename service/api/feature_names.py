@@ -9,17 +9,18 @@ accepted, stored in the actuals stream for good and trained on: ``output_tokens`
 feature took the real column's place. Every trace reader refuses a file column so named
 (``predictors.headerhints.alias_refusal``, edges60); the API refuses the feature alike, naming the
 field to use (api60). A name of the trace's columns in another case (``Output_Tokens``) stays a
-feature, as a file's column so named does.
+feature, as a file's column so named does. Which names are refused is ``predictors.featurenames``'
+rule, below the service, so that the stored reports an older release took with such a feature are
+read back without it (edges61); this module says why, in the API's words.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from predictors.featurenames import TRACE_COLUMNS, refused
 from predictors.headerhints import ALIASES
-from scheduler.trace import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
-TRACE_COLUMNS = frozenset(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
 Owner = Literal["item", "report"]
 # The item's fields that are trace columns too; its other columns only a run's report knows.
 _ITEM_FIELDS = {"prompt_id": "the item's", "prompt_tokens": "the item's", "max_new_tokens": "the item's"}
@@ -39,14 +40,13 @@ _KEEP = (
 def refusal(name: str, owner: Owner) -> str | None:
     """Why ``name`` may not name a feature of an ``owner`` (an item of ``POST /schedule``, a report
     of ``POST /actuals``), in the trace readers' words and naming the field to use; None where it
-    may. A trace column's own name is matched exactly (a file cannot hold it twice), another tool's
-    name casefolded, as the readers match it."""
-    alias = ALIASES.get(name.casefold())
+    may. Which names are refused is ``predictors.featurenames.refused``'s rule, the one the stored
+    reports a release before it took are read back by (their features so named are left out)."""
+    if not refused(name):
+        return None
     if name in TRACE_COLUMNS:
         return f"{name!r} is a trace column, {_whose(name, owner)}: a feature so named shadows it ({_KEEP})"
-    if alias is None:
-        return None
-    column, whose = alias
+    column, whose = ALIASES[name.casefold()]
     if owner == "report" or column in _ITEM_FIELDS:
         return f"{name!r} is {whose}; the {owner}'s field is {column!r}: set it there ({_KEEP})"
     return f"{name!r} is {whose}; the trace's column is {column!r}, {_ITEM_OTHER[column]} ({_KEEP})"

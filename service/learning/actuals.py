@@ -64,6 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
+from predictors.featurenames import without_refused
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
@@ -242,7 +243,25 @@ class ActualsLog:
         skipped: Skipped = []
         folded = self._read(cursor, skipped)
         self._tell(skipped, whole=cursor == START or folded.restarted)
-        return folded
+        return folded._replace(rows=self._without_refused(folded.rows))
+
+    def _without_refused(self, rows: Trace) -> Trace:
+        """``rows`` without the features a report may no longer carry (``predictors.featurenames``: a
+        trace column's name, or another tool's name for one), said in one line naming them and how
+        many rows held them. Releases before 2026-12-07 stored such reports, and the stream keeps
+        them until its cap trims them: read back, they were trained on, a model fitted on features
+        no request can send (the output length itself as ``completion_tokens``). The rows stay."""
+        kept, names, held = without_refused(rows)
+        if names:
+            _log.warning(
+                "left out features named as trace columns (or another tool's name for one) from %d "
+                "stored actuals rows: %s; the API refuses such names since 2026-12-07, and the rows "
+                "are kept without them",
+                held,
+                ", ".join(map(repr, names)),
+                extra={"rows": held, "features": names},
+            )
+        return kept
 
     def _read(self, cursor: str, skipped: Skipped) -> Folded:
         """``rows_after``'s read; the entries it skips are added to ``skipped``."""
