@@ -120,7 +120,8 @@ def _one_invalid(error: Any) -> str:
         detail = (error.get("ctx") or {}).get("error", "")
         return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
     field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-    return f"{clipped(field)}: {own_words(error['msg'])}"  # an unknown field's name is the worker's: cut short
+    # an unknown field's name is the worker's: cut short; a validator's words without pydantic's label
+    return f"{clipped(field)}: {own_words(error['msg'])}"
 
 
 def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JSONResponse:

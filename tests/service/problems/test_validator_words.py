@@ -108,4 +108,3 @@ def test_either_label_pydantic_puts_before_a_validator_s_words_is_left_out(
     assert labelled.startswith(PREFIXES), labelled  # pydantic's own message still carries the label
     detail, extra = validation_details([{**e, "loc": ("body", *e["loc"])} for e in refused.value.errors()])
     assert (detail, extra["field"], extra["errors"][0]["message"]) == (f"{field}: {words}", field, words)
-
