@@ -100,10 +100,12 @@ def _counted_prior(prompt_tokens: IntArray, output_tokens: IntArray) -> tuple[Fl
 
 
 def _from_counts(counts: PriorCounts, defaults: PriorDefaults) -> GlobalPrior:
-    """The prior whose figures ``counts`` give."""
+    """The prior whose figures ``counts`` give, holding them where they are worth keeping for the
+    next step's ``advanced`` (``PriorCounts.worth_keeping``); else it is counted afresh."""
     edges, p50, p90, mean = counts.figures()
+    kept = counts if counts.worth_keeping else None
     return GlobalPrior(
-        edges=edges, p50=p50, p90=p90, mean=mean, rows=counts.rows, defaults=defaults, counts=counts
+        edges=edges, p50=p50, p90=p90, mean=mean, rows=counts.rows, defaults=defaults, counts=kept
     )
 
 

@@ -213,8 +213,10 @@ class LengthPredictor:
             prompt_tokens, output_tokens = history.columns_before(step, "prompt_tokens", "output_tokens")
             found = GlobalPrior.of(prompt_tokens, output_tokens, self._defaults)
         sigma = pooled_log_sd(history.stats_before(step))
+        lapsed = {held for held, _, _ in self._global_prior_cache if _lapsed(held, history)}
         with self._lock:  # the latest four steps asked about, as ``History.stats_before`` keeps
-            kept = [e for e in self._global_prior_cache if e[0][:2] != key[:2]] + [(key, found, sigma)]
+            kept = [e for e in self._global_prior_cache if e[0][:2] != key[:2] and e[0] not in lapsed]
+            kept.append((key, found, sigma))
             self._global_prior_cache = tuple(sorted(kept, key=lambda e: e[0][1])[-4:])
         return found, sigma
 
@@ -241,6 +243,15 @@ class LengthPredictor:
             step, "prompt_tokens", "output_tokens", since=since
         )
         return base.advanced(prompt_tokens, output_tokens)
+
+
+def _lapsed(held: tuple[int, int, int], history: History) -> bool:
+    """Whether a cached prior of ``history`` (its key ``held``) no longer holds: rows of a step before
+    its step came since, and a version only ever rises, so neither a predict nor an advance can use
+    it again. Kept till four newer steps pushed it out, a capped history's (every append trims, and
+    so moves every step's version) held four priors of which only the newest was of use, each with
+    its counts, up to ~9 MiB apiece (edges61)."""
+    return held[0] == id(history) and held[2] != history.version_before(held[1])
 
 
 def _seen_lengths(

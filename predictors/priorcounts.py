@@ -20,6 +20,9 @@ MAX_BINS = 8
 # Lengths up to this are counted (``PriorCounts``); past it the rows are partitioned: a count table
 # that wide would cost more than the rows
 COUNTED_MAX = 1 << 17
+# Cells of a count table kept for the next step whatever the rows it counts (512 KiB of int64); a
+# larger one is kept only where it counts more rows than its cells (``PriorCounts.worth_keeping``)
+KEPT_CELLS = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +68,17 @@ class PriorCounts:
         if not every:
             per_bin[:, : self.per_bin.shape[1]] += self.per_bin
         return PriorCounts(per_length, edges, per_bin, n, self.dtype)
+
+    @property
+    def worth_keeping(self) -> bool:
+        """Whether these counts are worth holding for ``advanced``: a table of ``KEPT_CELLS`` or fewer,
+        or of no more cells than the rows it counts. An advance costs a pass over every cell (the bin
+        table added to), a count afresh the same and one over the rows, so a table wider than its
+        rows saves at most half of a short count, where it held up to ~9 MiB (9 bins x 2**17 output
+        lengths of int64), four times over in a predictor's cache, for a history of 32,768 rows
+        whose columns held 1.8 MiB (edges61)."""
+        cells = self.per_length.size + self.per_bin.size
+        return cells <= max(self.rows, KEPT_CELLS)
 
     def figures(self) -> tuple[FloatArray, ...]:
         """(edges, p50, p90, mean) of the rows counted: each bin's figures from its counts."""
