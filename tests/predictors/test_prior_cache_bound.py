@@ -54,7 +54,8 @@ def test_a_capped_history_keeps_the_one_prior_an_advance_can_still_use() -> None
     got = predictor.predict(ASKED, 8)
     assert len(_counts_held(predictor)) == 1
     want = LengthPredictor(History(history.trace)).predict(ASKED, 8)
-    assert got.p50.tobytes() == want.p50.tobytes() and got.p90.tobytes() == want.p90.tobytes()
+    assert got.p50.tobytes() == want.p50.tobytes()
+    assert got.p90.tobytes() == want.p90.tobytes()
 
 
 def test_an_uncapped_history_keeps_the_latest_four_steps_priors_each_advanced() -> None:
@@ -77,7 +78,8 @@ def test_a_table_wider_than_its_rows_and_the_floor_is_not_kept_and_the_prior_is_
     assert GlobalPrior.of(narrow.prompt_tokens, narrow.output_tokens).counts is not None
     many = Trace.concat([_step(s, 40_000, COUNTED_MAX) for s in range(30)])  # 1.2 M rows: more than cells
     counts = GlobalPrior.of(many.prompt_tokens, many.output_tokens).counts
-    assert counts is not None and counts.per_bin.size > KEPT_CELLS
+    assert counts is not None
+    assert counts.per_bin.size > KEPT_CELLS
 
 
 def test_a_history_of_few_rows_of_wide_lengths_holds_no_counts_and_answers_as_a_fresh_predictor() -> None:
@@ -89,4 +91,5 @@ def test_a_history_of_few_rows_of_wide_lengths_holds_no_counts_and_answers_as_a_
     got = predictor.predict(ASKED, 6)
     assert _counts_held(predictor) == [0, 0, 0, 0]
     want = LengthPredictor(History(history.trace)).predict(ASKED, 6)
-    assert got.p50.tobytes() == want.p50.tobytes() and got.p90.tobytes() == want.p90.tobytes()
+    assert got.p50.tobytes() == want.p50.tobytes()
+    assert got.p90.tobytes() == want.p90.tobytes()
