@@ -47,6 +47,18 @@ def test_lengths_too_wide_to_count_take_the_sorted_prior() -> None:
     assert (prior.p50[0], prior.p90[0], prior.rows) == (7.0, 8.6, 3)
 
 
+def test_a_negative_length_is_not_counted_and_the_prior_is_numpys_of_the_rows() -> None:
+    """No trace holds one, but the prior is a function of any integer rows: a count per length has no
+    place for -1 (in any bin but the first it landed in the bin before's longest length)."""
+    prompt_tokens = 3 * np.arange(200, dtype=np.int64)
+    output_tokens = np.arange(200, dtype=np.int64)
+    output_tokens[150] = -1  # a row of the last bin
+    assert fallbacks._counted_prior(prompt_tokens, output_tokens) is None
+    prior = GlobalPrior.of(prompt_tokens, output_tokens)
+    figures = (prior.edges, prior.p50, prior.p90, prior.mean)
+    _assert_same_bits(figures, fallbacks._sorted_prior(prompt_tokens, output_tokens))
+
+
 def test_a_generated_runs_prior_is_the_same_counted_or_sorted() -> None:
     trace = drifting_trace(prompts=3_000, samples=8, steps=4)
     counted = fallbacks._counted_prior(trace.prompt_tokens, trace.output_tokens)

@@ -56,6 +56,17 @@ def test_rows_that_keep_the_bin_edges_advance_the_prior_and_rows_that_move_them_
     assert GlobalPrior.of(*_columns(old)).advanced(*_columns(long_prompts)) is None
 
 
+def test_rows_that_move_the_bin_edges_but_keep_their_number_are_counted_again() -> None:
+    """Eight bins before and after, at other prompt lengths: the rows counted before fall into other
+    bins, so no prior is advanced from their old bins' counts."""
+    old = [(10 * (i % 40), i) for i in range(4000)]
+    short_prompts = [(0, 3 * i) for i in range(400)]  # every edge moves down, none is lost
+    prior, whole = GlobalPrior.of(*_columns(old)), GlobalPrior.of(*_columns(old + short_prompts))
+    assert len(whole.edges) == len(prior.edges) == 7
+    assert whole.edges.tolist() != prior.edges.tolist()
+    assert prior.advanced(*_columns(short_prompts)) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 30), max_size=60), st.lists(st.integers(0, 30), max_size=20), st.randoms())
 def test_recoding_given_codes_numbers_prompts_as_hashing_every_row(
