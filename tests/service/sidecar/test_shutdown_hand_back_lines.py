@@ -86,3 +86,28 @@ def test_a_pull_sidecars_shutdown_says_it_hands_back_what_its_worker_held(
         asyncio.run(run())
     assert _said(caplog) == ["stopping: handing back 1 held lease to their queues (schedule pulled)"]
     assert Delivery.from_url(redis_url).progress("pulled").queued == 1
+
+
+def test_a_drain_says_it_hands_back_the_started_leases_of_every_schedule_that_did_not_finish(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Started, they go back at the deadline as unfinished, in one line naming each schedule once."""
+    for schedule_id in ("second", "first"):
+        publish(
+            Delivery.from_url(redis_url), schedule_id, {"w0": [item(schedule_id, 0, 10), item("b", 1, 10)]}
+        )
+    session = WorkerSession(Delivery.from_url(redis_url), Holdings(4), SessionSettings("w0"))
+
+    async def stopped() -> None:
+        while len(session.holdings) < 4:
+            await session.claim(4)
+        for held in session.holdings.all():
+            session.holdings.start(held)  # sent to the engine: none is waiting at the stop
+        await drain(session, InFlight(), None, Hurry(GRACE_S), time.monotonic() + 30.0, GRACE_S)
+
+    with caplog.at_level(logging.INFO, logger="service.sidecar"):
+        asyncio.run(stopped())
+    assert _said(caplog) == [
+        "stopping: handing back 4 unfinished leases to their queues (schedule first, second)"
+    ]
+    assert session.stats.released == 4
