@@ -215,3 +215,56 @@ def test_warms_and_predicts_racing_appends_leave_every_step_answered_as_a_fresh_
         _same_predictions(
             predictor.predict(unseen, step), LengthPredictor(History(history.trace)).predict(unseen, step)
         )
+
+
+def test_rows_arriving_while_a_prior_is_advanced_leave_it_the_prior_of_rows_held_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A late report of step 1, then more of step 3, land while the prior of step 4 reads the rows
+    since step 3: step 3's counts and the rows read would be of two moments (the rows of step 3 that
+    came after the late ones, without those): the prior counts every row held instead."""
+    history = History([r for s in range(3) for r in _step(s)])
+    predictor = LengthPredictor(history)
+    predictor.predict(unseen, 3)
+    history.append(_step(3))
+    read = history.columns_before
+
+    def arriving(step: int, *names: str, since: int | None = None) -> tuple[np.ndarray, ...]:
+        if since is not None and len(history) < 1000:
+            history.append(_step(1, scale=9))
+            history.append(_step(3, scale=2))
+        return read(step, *names, since=since)
+
+    monkeypatch.setattr(history, "columns_before", arriving)
+    got = predictor.predict(unseen, 4)
+    _same_predictions(got, LengthPredictor(History(history.trace)).predict(unseen, 4))
+
+
+def test_the_four_latest_steps_asked_about_are_answered_again_without_counting(counted: list[str]) -> None:
+    """Replicas ask about a step more than once (a warm, then the predict; a batch retried): each of
+    the latest four steps asked about keeps its prior until rows before it arrive."""
+    history = History([r for s in range(3) for r in _step(s)])
+    predictor = LengthPredictor(history)
+    first = [predictor.predict(unseen, step) for step in range(1, 5)]
+    assert counted[0] == "of"
+    asked = len(counted)
+    again = [predictor.predict(unseen, step) for step in range(1, 5)]
+    assert counted[asked:] == []
+    for got, want in zip(again, first, strict=True):
+        _same_predictions(got, want)
+
+
+def test_a_step_counted_again_after_late_rows_keeps_the_other_steps_priors(counted: list[str]) -> None:
+    """Late rows of step 3 change only step 4's prior: it is counted again (one entry for the step,
+    the new one), and steps 1 to 3, their rows unchanged, are still answered without counting."""
+    history = History([r for s in range(3) for r in _step(s)])
+    predictor = LengthPredictor(history)
+    first = [predictor.predict(unseen, step) for step in range(1, 5)]
+    history.append(_step(3))
+    asked = len(counted)
+    predictor.predict(unseen, 4)
+    assert len(counted) == asked + 1
+    again = [predictor.predict(unseen, step) for step in range(1, 4)]
+    assert len(counted) == asked + 1
+    for got, want in zip(again, first, strict=False):
+        _same_predictions(got, want)
