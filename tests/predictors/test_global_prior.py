@@ -85,3 +85,15 @@ def test_a_steps_first_predict_does_not_join_the_historys_columns() -> None:
     finally:
         tracemalloc.stop()
     assert peak < sum(column.nbytes for column in extras.values()) / 4
+
+
+def test_an_empty_bin_between_two_lengths_is_merged_into_the_shorter_ones_bin() -> None:
+    """Prompts of 100 and 512 tokens only: the median's cut (306, interpolated) bounds a bin no row
+    falls in. It is merged into the bin below it, so the edge left is a length the rows have: a new
+    prompt shorter than the longer rows is predicted as the shorter rows are."""
+    prompt_tokens = np.array([100] * 200 + [512] * 200, dtype=np.int64)
+    output_tokens = np.array([10] * 200 + [90] * 200, dtype=np.int64)
+    prior = GlobalPrior.of(prompt_tokens, output_tokens)
+    assert prior.edges.tolist() == [512.0]
+    p50, _ = prior.predict(np.array([99, 100, 400, 511, 512, 600]), np.full(6, 4096))
+    assert p50.tolist() == [10.0, 10.0, 10.0, 10.0, 90.0, 90.0]
