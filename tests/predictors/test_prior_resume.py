@@ -268,3 +268,23 @@ def test_a_step_counted_again_after_late_rows_keeps_the_other_steps_priors(count
     assert len(counted) == asked + 1
     for got, want in zip(again, first, strict=False):
         _same_predictions(got, want)
+
+
+def test_a_history_swapped_while_a_prior_is_counted_is_answered_from_its_own_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ``use_history`` (a reload) lands while a predict counts the old history's prior, which that
+    predict then caches: the new history, as many rows of each step, is never answered from it."""
+    old = History([r for s in range(3) for r in _step(s)])
+    new = History([r for s in range(3) for r in _step(s, scale=9)])
+    predictor = LengthPredictor(old)
+    read = old.columns_before
+
+    def swapped(step: int, *names: str, since: int | None = None) -> tuple[np.ndarray, ...]:
+        predictor.use_history(new)
+        return read(step, *names, since=since)
+
+    monkeypatch.setattr(old, "columns_before", swapped)
+    predictor.predict(unseen, 3)  # the old history's, read before the swap
+    got = predictor.predict(unseen, 4)
+    _same_predictions(got, LengthPredictor(History(new.trace)).predict(unseen, 4))
