@@ -19,7 +19,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from predictors.traceio import read_trace
+from predictors.traceio import read_rows, read_trace, rows_to_trace
 from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceFormatError
 from service.traceimport.importers import import_generic, import_verl, parse_mapping
@@ -135,3 +135,22 @@ def test_a_verl_keep_field_by_such_a_name_is_refused_before_any_dump_is_read(tmp
         "keep-field='response_length': veRL's name for the output length, which the trace holds as "
         "'output_tokens': no feature may carry it"
     )
+
+
+def test_a_keep_field_naming_such_a_name_in_another_case_is_refused_as_the_readers_refuse_it(
+    tmp_path: Path,
+) -> None:
+    # the readers match another tool's name casefolded: a kept ``Score`` column would be refused by them
+    with pytest.raises(InvalidInputError) as refused:
+        import_verl(tmp_path, tmp_path / "no-tokenizer.json", None, keep=["Score"])
+    assert refused.value.field == "keep-field"
+    assert "veRL's name for the reward" in str(refused.value)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_mapped_onto_the_trace_column_it_reads_row_by_row_too(tmp_path: Path, suffix: str) -> None:
+    # the row reader checks the header as renamed: the file's own name for the cap is the --map's source
+    path = _write(tmp_path / f"runs{suffix}", [*HEADER, "max_tokens"], [[0, "a", 0, 5, 6, 8]])
+    trace = rows_to_trace(read_rows(path, suffix, {"max_tokens": "max_new_tokens"}), str(path))
+    assert trace.max_new_tokens.tolist() == [8]
+    assert not trace.numeric
