@@ -84,6 +84,7 @@ class StepKeeper:
         self._lock = threading.Lock()
         self._held: dict[Kept, _Held] = {}
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()  # ``settle``: the thread looks now, not at its next tick
 
     def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
         """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread
@@ -94,6 +95,7 @@ class StepKeeper:
         with self._lock:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
             if self._thread is None or not self._thread.is_alive():  # one a BaseException ended too
+                self._wake.clear()
                 self._thread = threading.Thread(target=self._run, name="step-keeper", daemon=True)
                 self._thread.start()
 
@@ -101,6 +103,22 @@ class StepKeeper:
         """Stop keeping ``kept`` (its request takes it back next)."""
         with self._lock:
             self._held.pop(kept, None)
+
+    def settle(self, timeout_s: float) -> bool:
+        """End the thread now if nothing is kept, waiting ``timeout_s`` at most; whether none runs.
+
+        The thread ends at its first tick with nothing kept, up to a tick (15 s) after the last
+        ``let_go``: where an app stops (``service.app``), it is woken to end there. A test process
+        starts and stops many apps, and the thread had lived on into the test modules after them
+        (threads61). One that still keeps something (another app's request, in a process that runs
+        several) is left to tick."""
+        with self._lock:
+            thread = self._thread
+            if thread is None or self._held:
+                return thread is None
+            self._wake.set()
+        thread.join(timeout_s)
+        return not thread.is_alive()
 
     def held(self) -> int:
         """How many are kept now."""
@@ -145,10 +163,12 @@ class StepKeeper:
                 self._held.pop(kept, None)
 
     def _run(self) -> None:
-        """Tick while anything is kept; the thread ends with the last (``hold`` starts another)."""
+        """Tick while anything is kept; the thread ends with the last (``hold`` starts another), at
+        its next tick or when ``settle`` wakes it (an early tick extends only those due, as any)."""
         while True:
-            time.sleep(keys.PLANNING_MARGIN_S / _TICKS_PER_MARGIN)
+            self._wake.wait(keys.PLANNING_MARGIN_S / _TICKS_PER_MARGIN)
             with self._lock:
+                self._wake.clear()
                 if not self._held:
                     self._thread = None
                     return
