@@ -13,6 +13,7 @@ import typer
 from hypothesis import HealthCheck, settings
 
 from service.embedded import EmbeddedServer
+from service.pipeline.step_keeper import StepKeeper
 from service.ports import share_range
 from tests.collector_kept import collector_unfrozen
 from tests.logging_kept import logging_kept
@@ -118,6 +119,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture
+def keeper() -> Iterator[StepKeeper]:
+    """A step keeper of the test's own (the process's may be asleep for an earlier test's 15 s tick),
+    whose thread ends with the test: what it still keeps is let go (a test's holds have no request
+    to take them back), then ``settle`` ends it. Left, it ticked every 15 s into the next modules,
+    for 3 h where a hold was never let go (threads61)."""
+    own = StepKeeper()
+    yield own
+    with own._lock:
+        own._held.clear()
+    own.settle(5.0)
 
 
 @pytest.fixture(scope="session")

@@ -99,13 +99,13 @@ def _held(delivery: Delivery, keeper: StepKeeper, kept: list[Kept], writer: Deli
 
 def test_the_service_user_keeps_entries_and_marks_on_every_masters_own_client(
     cluster: tuple[LocalCluster, list[redis.Redis]],
+    keeper: StepKeeper,
 ) -> None:
     local, admins = cluster
     delivery = _as(local, SERVICE.default_user, PASSWORDS[SERVICE.password_env])
     client = delivery.client
     assert isinstance(client, RedisCluster)
     entries, marks = _on_each_master(client, per_master=2)
-    keeper = StepKeeper()
     _held(delivery, keeper, [*entries, *marks])
     keeper.tick()
     for each in [*entries, *marks]:
@@ -152,7 +152,7 @@ def test_the_sidecar_user_claims_on_every_masters_own_client_and_asks_each_node(
 
 
 def test_a_user_without_the_keeps_command_is_told_so_as_an_error_at_every_tick(
-    cluster: tuple[LocalCluster, list[redis.Redis]], caplog: pytest.LogCaptureFixture
+    cluster: tuple[LocalCluster, list[redis.Redis]], caplog: pytest.LogCaptureFixture, keeper: StepKeeper
 ) -> None:
     """The entries written by the service user (its requests), the keeper's client logged in as a
     user whose grants lack EVAL (an ACL applied again from an older definition, while requests ran).
@@ -164,7 +164,6 @@ def test_a_user_without_the_keeps_command_is_told_so_as_an_error_at_every_tick(
     client = delivery.client
     assert isinstance(client, RedisCluster)
     entries, _ = _on_each_master(client, per_master=2)
-    keeper = StepKeeper()
     _held(delivery, keeper, entries, writer)
     with caplog.at_level(logging.WARNING, logger="service.pipeline"):
         keeper.tick()

@@ -25,7 +25,7 @@ PLANNING = keyspace.schedule_keys("overrun").planning
 
 
 def test_a_delete_while_the_request_plans_past_its_mark_s_first_life_withdraws_the_step(
-    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """The request still plans a second past its mark's first deadline when its trainer DELETEs the
     id: 202 ``withdrawn`` (404 where the mark lapsed), the request's publish refused 409 (200 where it
@@ -33,7 +33,6 @@ def test_a_delete_while_the_request_plans_past_its_mark_s_first_life_withdraws_t
     mark back."""
     monkeypatch.setattr(keyspace, "PLANNING_MARGIN_S", MARGIN_S)
     monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 16)  # a tick every 0.25 s: 1.75 s of slack
-    keeper = StepKeeper()  # its own: the process's may be asleep for an earlier test's 15 s
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
     past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
@@ -56,13 +55,12 @@ def test_a_delete_while_the_request_plans_past_its_mark_s_first_life_withdraws_t
 
 
 def test_a_request_that_overruns_its_mark_s_first_life_and_publishes_leaves_no_mark(
-    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """Kept past its first deadline while it planned, the mark is gone with the publish, and the keeper
     holds nothing: a DELETE then cancels the published schedule, as any."""
     monkeypatch.setattr(keyspace, "PLANNING_MARGIN_S", MARGIN_S)
     monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 16)
-    keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
     past, release = overrunning(monkeypatch, redis_client, QUEUE_S + MARGIN_S)
@@ -90,13 +88,12 @@ def _deadline_ms(redis_client: redis.Redis, schedule_id: str, request_id: str) -
 
 
 def test_a_tick_pushes_a_due_mark_or_withdrawal_on_and_lets_go_of_a_mark_taken_back(
-    client: Any, redis_client: redis.Redis
+    client: Any, redis_client: redis.Redis, keeper: StepKeeper
 ) -> None:
     """A mark near its deadline is pushed to the margin past now, and so is the withdrawal a DELETE
     put in a mark's place (the request still lives to be refused); one taken back meanwhile (the
     tick racing the request's answer) is not written back, and the keeper stops asking for it."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     ids = ("due", "withdrawn", "gone")
     for schedule_id in ids:
         ctx.delivery.mark_planning(schedule_id, "r", 1_000)
@@ -118,12 +115,11 @@ def test_a_tick_pushes_a_due_mark_or_withdrawal_on_and_lets_go_of_a_mark_taken_b
 
 
 def test_a_mark_held_past_the_longest_a_request_lives_is_let_go(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """A mark whose take-back never came (a bug) is not pushed on for good: past ``LONGEST_S`` the
     keeper lets it go and it lapses at its deadline, the id no longer withdrawable."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "LONGEST_S", -1.0)
     ctx.delivery.mark_planning("leaked", "r", 1_000)
     ctx.delivery.extend_planning("leaked", "r", 2_000)

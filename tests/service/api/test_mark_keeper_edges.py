@@ -31,14 +31,13 @@ def _held(keeper: StepKeeper, ctx: Any, schedule_id: str) -> None:
 
 
 def test_a_mark_redis_fails_to_keep_leaves_the_marks_after_it_kept(
-    client: Any, redis_client: redis.Redis
+    client: Any, redis_client: redis.Redis, keeper: StepKeeper
 ) -> None:
     """The first mark's keep fails (its key of the wrong type: a master down or failing over on a
     cluster fails it the same way, at every tick): the mark after it is still pushed on, where the
     failure had ended the tick's marks and left it to lapse under its live request; the failed one
     stays held, tried again at the next tick."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     try:
         keeper.hold(ctx, step_keeper.InFlight("broken", "r"), 20.0)
         redis_client.set(keyspace.schedule_keys("broken").planning, "not a hash")
@@ -53,12 +52,11 @@ def test_a_mark_redis_fails_to_keep_leaves_the_marks_after_it_kept(
 
 
 def test_a_context_whose_keep_raises_leaves_another_context_s_marks_kept(
-    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """One app's keep raises something other than Redis's failure (redis-py's parser on a pool that
     app's stop closed, a bug): another app's mark in the same process is still pushed on."""
     stopped, live = (make_client().app.state.context for _ in range(2))
-    keeper = StepKeeper()
 
     def broken(*args: Any, **kwargs: Any) -> bool:
         raise AttributeError("'NoneType' object has no attribute 'read_response'")
@@ -77,14 +75,13 @@ def test_a_context_whose_keep_raises_leaves_another_context_s_marks_kept(
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
 def test_a_hold_after_the_keeper_thread_died_of_a_base_exception_starts_another(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """A tick that raises a ``SystemExit`` (not caught: ``_run`` catches ``Exception``) ends the
     thread with ``_thread`` still set; the next hold starts another, which keeps the mark: before,
     no thread ran again in the process and every mark and entry lapsed under its live request."""
     monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 600)  # a tick every 0.1 s
     ctx = client.app.state.context
-    keeper = StepKeeper()
     real_tick, raised = keeper.tick, threading.Event()
 
     def tick_once_fatal() -> None:
@@ -127,13 +124,12 @@ def _keeps_sent(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """A mark with more than half of the margin left (40 s of 60) is not sent at a tick; one within
     it is, once: pushed a whole margin on, it is not due at the next tick (no traffic per tick)."""
     ctx = client.app.state.context
     sent = _keeps_sent(ctx, monkeypatch)
-    keeper = StepKeeper()
     try:
         ctx.delivery.mark_planning("far", "r", 1_000)
         ctx.delivery.extend_planning("far", "r", 40_000)
@@ -149,12 +145,11 @@ def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
 
 
 def test_entries_redis_fails_to_keep_leave_the_marks_of_their_context_kept(
-    client: Any, redis_client: redis.Redis
+    client: Any, redis_client: redis.Redis, keeper: StepKeeper
 ) -> None:
     """The step's planning entries cannot be kept (their key of the wrong type): that failure is the
     entries' alone, and the same context's due mark is still pushed on at the tick."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     entry = step_keeper.Entry(7, "broken")
     try:
         redis_client.set(keyspace.step_planning(7), "not a zset")
@@ -170,13 +165,12 @@ def test_entries_redis_fails_to_keep_leave_the_marks_of_their_context_kept(
 
 
 def test_a_mark_redis_failed_to_keep_beside_entries_kept_is_tried_again_at_the_next_tick(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """The context's entries were kept and its one mark's keep failed: the mark is not taken for
     pushed on with them, so the next tick sends it again."""
     ctx = client.app.state.context
     sent = _keeps_sent(ctx, monkeypatch)
-    keeper = StepKeeper()
     entry, mark = step_keeper.Entry(2, "held"), step_keeper.InFlight("broken", "r")
     try:
         ctx.delivery.enter_planning(2, "held", 1_000)

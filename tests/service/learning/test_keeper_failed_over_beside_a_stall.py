@@ -42,6 +42,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_moved(
     cluster: LocalCluster,
+    keeper: StepKeeper,
 ) -> None:
     delivery = Delivery(
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
@@ -62,7 +63,6 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
             fresh.enter_planning(step, "r", SHORT_MS)
         stalled[silent].signal(signal.SIGSTOP)
         try:
-            keeper = StepKeeper()
             ctx = cast(Context, SimpleNamespace(delivery=delivery))
             for step in steps:
                 keeper.hold(ctx, Entry(step, "r"), life_s=0.0)

@@ -66,7 +66,7 @@ def _key(kept: Kept) -> str:
 
 @pytest.mark.parametrize("kind", [Entry, InFlight], ids=["entries", "marks"])
 def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
-    cluster: LocalCluster, kind: type[Entry] | type[InFlight]
+    cluster: LocalCluster, kind: type[Entry] | type[InFlight], keeper: StepKeeper
 ) -> None:
     delivery = Delivery(
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
@@ -88,7 +88,6 @@ def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
             written.enter_planning(each.step, each.member, SHORT_MS)
         else:
             written.mark_planning(each.schedule_id, each.request_id, SHORT_MS)
-    keeper = StepKeeper()
     ctx = cast(Context, SimpleNamespace(delivery=delivery))
     for each in kept:
         keeper.hold(ctx, each, life_s=0.0)
@@ -104,6 +103,7 @@ def test_the_first_tick_after_a_failover_keeps_at_the_new_master(
 
 def test_a_tick_on_a_cluster_wholly_down_reads_the_map_once_and_asks_nothing_more(
     cluster: LocalCluster,
+    keeper: StepKeeper,
 ) -> None:
     """Every master's process gone: the first master's pipeline and its first step alone fail, the map
     read again reaches no node, and every other master's entries and every mark are passed over
@@ -119,7 +119,6 @@ def test_a_tick_on_a_cluster_wholly_down_reads_the_map_once_and_asks_nothing_mor
         if len(by_master.setdefault(port, [])) < 2:
             by_master[port].append(Entry(n, "r"))
     marks: list[Kept] = [InFlight(f"s{n}", "r") for n in range(3)]
-    keeper = StepKeeper()
     ctx = cast(Context, SimpleNamespace(delivery=delivery))
     for each in [*(e for kept in by_master.values() for e in kept), *marks]:
         keeper.hold(ctx, each, life_s=0.0)

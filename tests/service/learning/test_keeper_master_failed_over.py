@@ -44,7 +44,9 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(cluster: LocalCluster) -> None:
+def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(
+    cluster: LocalCluster, keeper: StepKeeper
+) -> None:
     delivery = Delivery(
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
     )
@@ -64,7 +66,6 @@ def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(cluster
         )  # the new master's entries, as requests wrote them
         for step in steps:
             fresh.enter_planning(step, "r", SHORT_MS)
-        keeper = StepKeeper()
         ctx = cast(Context, SimpleNamespace(delivery=delivery))
         for step in steps:
             keeper.hold(ctx, Entry(step, "r"), life_s=0.0)

@@ -101,13 +101,12 @@ def _owner(cluster: LocalCluster, client: RedisClient, share: range) -> Embedded
     return next(node for node in cluster.nodes if node.port == port)
 
 
-def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster) -> None:
+def test_a_keeper_tick_asks_a_stalled_master_once(cluster: LocalCluster, keeper: StepKeeper) -> None:
     """Three entries and three marks on the stalled master, one of each on every other: the tick asks
     the stalled master once (its first call's timeout is that master's outage for the rest of the
     tick) and keeps every live master's entry and mark. Before: seven calls to it (the one pipeline
     of every step, then each entry and each mark on its own)."""
     delivery = _service_delivery(cluster.url, cluster=True)
-    keeper = StepKeeper()
     held = held_short(delivery, keeper, _steps(STALLED, 3), _schedules(STALLED, 3))
     served = [
         *held_short(delivery, keeper, _steps(LIVE[0], 1), _schedules(LIVE[0], 1)),
@@ -162,13 +161,14 @@ def test_a_healthy_clusters_keeper_pass_sends_one_pipeline_per_master(cluster: L
     assert min(left) > SHORT_MS
 
 
-def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries_failed() -> None:
+def test_a_keeper_tick_on_a_stalled_single_redis_sends_no_mark_after_its_entries_failed(
+    keeper: StepKeeper,
+) -> None:
     """A single Redis is every key's master: the entries' one pipeline timed out, so the tick sends
     none of the marks (each had cost its own timeouts); all four stay held, tried at the next tick.
     Before: the pipeline and a call per mark."""
     with EmbeddedServer() as server:
         delivery = _service_delivery(server.url, cluster=False)
-        keeper = StepKeeper()
         held = held_short(delivery, keeper, [7], ["a", "b", "c"])
         marked = {key_slot(keys.schedule_keys(sid).meta.encode()) for sid in ("a", "b", "c")}
         sent = count_scripts(delivery.client)

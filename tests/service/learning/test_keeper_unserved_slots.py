@@ -61,7 +61,9 @@ def _schedules(share: range, count: int) -> list[str]:
     return [sid for slot, sid in found.items() if slot in share]
 
 
-def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[int, float, int]:
+def _tick_while_dropped(
+    cluster: LocalCluster, keeper: StepKeeper, steps: int, marks: int
+) -> tuple[int, float, int]:
     """A keeper tick over ``steps`` entries and ``marks`` marks of ``DROPPED``'s slots and one of each
     on every other master and, in the same pass, on its master's served slots (``OWNERS``: the node's
     word is on the slots it lists, not on every key sent to it: mutants14's U9), while no master serves
@@ -69,7 +71,6 @@ def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[
     many times a node was asked which slots no master serves)."""
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
-    keeper = StepKeeper()
     own = _steps(OWNERS, 1), _schedules(OWNERS, 1)  # in the range's pass (one context), after it
     held = held_short(delivery, keeper, _steps(DROPPED, steps) + own[0], _schedules(DROPPED, marks) + own[1])
     served = [held[steps], held[-1]]
@@ -96,27 +97,29 @@ def _tick_while_dropped(cluster: LocalCluster, steps: int, marks: int) -> tuple[
     return toward(sent, DROPPED), min(left_ms(delivery.client, each) for each in served), len(asked)
 
 
-def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(cluster: LocalCluster) -> None:
+def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(
+    cluster: LocalCluster, keeper: StepKeeper
+) -> None:
     """Three entries and three marks of the range: its master's pipeline says the slots are not
     served, the node is asked which others are, and no entry nor mark of the range is sent again.
     Before: the pipeline, each of its steps again alone, and each mark (7 calls, 0.26 s each)."""
-    calls, served_left, asked = _tick_while_dropped(cluster, steps=3, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, keeper, steps=3, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
     assert asked == 1  # once a tick, though each of the pipeline's three answers said so (mutants14's U7)
 
 
-def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster) -> None:
+def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster, keeper: StepKeeper) -> None:
     """Three marks of the range and no entry: the first mark's call fails (the client's own error,
     the node's refusal under it), the node is asked, the other two are not sent. Before: 3 calls."""
-    calls, served_left, asked = _tick_while_dropped(cluster, steps=0, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, keeper, steps=0, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
     assert asked == 1
 
 
 def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """The node asked which slots are unserved answers from its own view, which can lag (it has not
     heard yet that another master serves a slot again): the other masters' keys are still sent, and
@@ -129,7 +132,6 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
     monkeypatch.setattr("service.delivery.unanswered.unserved_slots", stale)
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
-    keeper = StepKeeper()
     steps = _steps(DROPPED, 3) + [step for share in LIVE for step in _steps(share, 1)]
     marks = _schedules(DROPPED, 3) + [sid for share in LIVE for sid in _schedules(share, 1)]
     held = held_short(delivery, keeper, steps, marks)  # one context: one tick's pass over them all
@@ -146,12 +148,11 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
     assert min(left_ms(delivery.client, each) for each in served) > SHORT_MS
 
 
-def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster) -> None:
+def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster, keeper: StepKeeper) -> None:
     """What a tick learned unserved is forgotten with the tick: once the range is served again, the
     next tick keeps its entries and marks, none failed on the last tick's word."""
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
-    keeper = StepKeeper()
     held = held_short(delivery, keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)

@@ -30,14 +30,17 @@ QUEUE_S = 0.2  # the plan queue's timeout: the entry's first life is this + the 
 
 
 def test_a_retrain_asked_while_a_part_overruns_its_entry_s_first_deadline_leaves_the_step_out(
-    make_client: Any, redis_client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_client: Any,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    keeper: StepKeeper,
 ) -> None:
     """Step 2's first part run and reported; its second part (a drawn id: no in-flight mark) still
     plans a second past its entry's first deadline when a retrain is asked: the step is left out
     ([0, 1, 2] where the entry lapsed), the part published after, and its entry gone once it ends."""
     monkeypatch.setattr(keyspace, "PLANNING_MARGIN_S", MARGIN_S)
     monkeypatch.setattr(step_keeper, "_TICKS_PER_MARGIN", 16)  # a tick every 0.25 s: 1.75 s of slack
-    keeper = StepKeeper()  # its own: the process's may be asleep for an earlier test's 15 s
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     client = make_client(plan_queue_timeout_s=QUEUE_S)
     ran_and_reported(client, redis_client, "step-2a")
@@ -62,13 +65,12 @@ def _score(redis_client: redis.Redis, member: str) -> float | None:
 
 
 def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
-    client: Any, redis_client: redis.Redis
+    client: Any, redis_client: redis.Redis, keeper: StepKeeper
 ) -> None:
     """The keeper's tick moves an entry near its deadline to the margin past now, leaves one far from
     it as it is (a request that ends in its first life is never written again), and writes back no
     member that is no longer there (a take-back is final)."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     ctx.delivery.enter_planning(2, "held", 1_000)
     ctx.delivery.enter_planning(2, "long", 3_600_000)
     first, long = _score(redis_client, "held"), _score(redis_client, "long")
@@ -85,12 +87,11 @@ def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
 
 
 def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """An entry whose take-back never came (a bug) is not pushed on for good: past ``LONGEST_S`` the
     keeper lets it go, with a warning, and it lapses at its deadline."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "LONGEST_S", -1.0)
     ctx.delivery.enter_planning(2, "leaked", 1_000)
     first = _score(redis_client, "leaked")

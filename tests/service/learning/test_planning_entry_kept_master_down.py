@@ -96,12 +96,12 @@ def test_a_step_redis_refuses_sent_step_by_step_leaves_the_steps_after_it_kept(
 
 def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
     one_master_down: tuple[LocalCluster, int],
+    keeper: StepKeeper,
 ) -> None:
     cluster, dead = one_master_down
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
     ctx = cast(Context, SimpleNamespace(delivery=delivery))
     steps = _steps(delivery.client)
-    keeper = StepKeeper()
     for step in steps.values():
         if step != steps[dead]:
             delivery.enter_planning(step, f"request {step}", SHORT_MS)

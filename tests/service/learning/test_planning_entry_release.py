@@ -20,12 +20,11 @@ from tests.service.api_helpers import batch_body
 
 
 def test_an_entry_is_let_go_and_taken_back_when_the_mark_s_take_back_raises(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """The mark's take-back raises ``AttributeError`` (not a Redis error: it reaches the caller): the
     entry is no longer held by the keeper, nor left in its step's planning entries."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     body = ScheduleRequest.model_validate(batch_body(step=2) | {"schedule_id": "released"})
     arrived = step_part.arrive(ctx, body, "released", NO_DEADLINE)
@@ -43,13 +42,12 @@ def test_an_entry_is_let_go_and_taken_back_when_the_mark_s_take_back_raises(
 
 
 def test_an_entry_write_that_fails_past_redis_s_answer_leaves_no_entry_nor_mark(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
 ) -> None:
     """The entry's write lands, then raises an error that is not Redis's failure (the parser of a
     connection closed as the reply came): the request fails at once, and neither its mark nor its
     entry is left to keep the id in flight and the step out of a retrain until their deadline."""
     ctx = client.app.state.context
-    keeper = StepKeeper()
     monkeypatch.setattr(step_keeper, "KEEPER", keeper)
     written = ctx.delivery.enter_planning
 
