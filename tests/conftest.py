@@ -19,6 +19,7 @@ from tests.collector_kept import collector_unfrozen
 from tests.logging_kept import logging_kept
 from tests.rewrite_ahead import is_xdist_controller, modules_to_rewrite, rewrite_ahead
 from tests.scope_costs import loadscope_longest_first
+from tests.threads_kept import owned_by_session, threads_ended
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
 # in tests/cluster.py, a plugin named here so tests/deploy and tests/service/api both find them.
@@ -69,6 +70,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadscope":
         return None
     return loadscope_longest_first(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
+    """The threads a session-scoped fixture starts (a server's, a cluster's) live for the session:
+    ``_no_thread_left`` does not count them against the module that first asked for the fixture."""
+    if fixturedef.scope != "session":
+        yield
+        return
+    with owned_by_session():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_thread_left() -> Iterator[None]:
+    """A module whose threads outlive it fails its last test, naming them (``tests.threads_kept``):
+    modules run one after another in an xdist worker, and a thread one left ran on beside the next
+    modules' tests, a process-wide one's (the cycle collector) among them (threads61).
+
+    First of the module's fixtures, so its check runs after every other one's teardown."""
+    with threads_ended():
+        yield
 
 
 @pytest.fixture(autouse=True)
