@@ -85,6 +85,7 @@ class StepKeeper:
         self._held: dict[Kept, _Held] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()  # ``settle``: the thread looks now, not at its next tick
+        self._settling = False  # ``settle`` asked while something was kept: the last ``let_go`` wakes it
 
     def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
         """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread
@@ -96,6 +97,7 @@ class StepKeeper:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
             if self._thread is None or not self._thread.is_alive():  # one a BaseException ended too
                 self._wake.clear()
+                self._settling = False
                 self._thread = threading.Thread(target=self._run, name="step-keeper", daemon=True)
                 self._thread.start()
 
@@ -103,19 +105,26 @@ class StepKeeper:
         """Stop keeping ``kept`` (its request takes it back next)."""
         with self._lock:
             self._held.pop(kept, None)
+            if self._settling and not self._held:
+                self._wake.set()
 
     def settle(self, timeout_s: float) -> bool:
-        """End the thread now if nothing is kept, waiting ``timeout_s`` at most; whether none runs.
+        """End the thread now if nothing is kept, else at the last ``let_go``, waiting ``timeout_s``
+        at most for the former; whether none runs.
 
         The thread ends at its first tick with nothing kept, up to a tick (15 s) after the last
-        ``let_go``: where an app stops (``service.app``), it is woken to end there. A test process
-        starts and stops many apps, and the thread had lived on into the test modules after them
-        (threads61). One that still keeps something (another app's request, in a process that runs
-        several) is left to tick."""
+        ``let_go``: where an app stops (``service.app``), it is woken to end there, or, where a request
+        outlives the stop (a planning thread runs on), as that request lets go. A test process starts
+        and stops many apps, and the thread had lived on into the test modules after them (threads61).
+        One that keeps something still ticks until then (another app's request, in a process that
+        runs several: its next ``hold`` starts another thread)."""
         with self._lock:
             thread = self._thread
-            if thread is None or self._held:
-                return thread is None
+            if thread is None:
+                return True
+            self._settling = True
+            if self._held:
+                return False
             self._wake.set()
         thread.join(timeout_s)
         return not thread.is_alive()
@@ -170,7 +179,7 @@ class StepKeeper:
             with self._lock:
                 self._wake.clear()
                 if not self._held:
-                    self._thread = None
+                    self._thread, self._settling = None, False
                     return
             try:
                 self.tick()
