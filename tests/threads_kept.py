@@ -21,7 +21,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-WAIT_S = 2.0  # for threads that are ending as the module ends (an app's last pass, a pool's workers)
+# For threads that are ending as the module ends (an app's last pass, a pool's workers): ~0.2 s on an
+# idle host, more where five workers share two cores. A module that leaves nothing waits not at all,
+# so a wide bound costs only the failing case; a narrow one would fail a module for a slow host.
+WAIT_S = 10.0
 
 # Threads that may outlive the module that started them: name -> why.
 ALLOWED: dict[str, str] = {
