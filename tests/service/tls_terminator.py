@@ -2,16 +2,15 @@
 endpoint or stunnel is: the client side (URL scheme, CA file, certificate check) is the service's, and
 that is what the tests run. The API's rediss:// tests and the sidecar's hang-up-over-TLS test share it,
 rather than the sidecar's importing it from the API's test module. ``close`` ends every thread it
-started: a listening socket closed under a thread blocked in its ``accept`` leaves the thread blocked
-for good on Linux, and it had outlived its module in its pytest-xdist worker (threads61)."""
+started (``tests.service.relay_threads``)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import ssl
-import threading
-from collections.abc import Callable
+
+from tests.service.relay_threads import RelayThreads
 
 
 class TlsTerminator:
@@ -21,14 +20,8 @@ class TlsTerminator:
         self.upstream_port, self.context = upstream_port, context
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
-        self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []  # every connection's two ends, cut at ``close``
-        self._started(self._serve)
-
-    def _started(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        self._relays = RelayThreads()
+        self._relays.start(self._serve)
 
     def _serve(self) -> None:
         while True:
@@ -36,7 +29,7 @@ class TlsTerminator:
                 raw, _ = self.listener.accept()
             except OSError:
                 return  # closed
-            self._started(self._relay, raw)
+            self._relays.start(self._relay, raw)
 
     def _relay(self, raw: socket.socket) -> None:
         try:
@@ -45,23 +38,13 @@ class TlsTerminator:
             raw.close()  # the client refused our certificate: nothing to relay
             return
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-        self._sockets += [secure, upstream]  # ``raw`` is detached: ``secure`` holds its descriptor
-        self._started(_pump, upstream, secure)
+        self._relays.track(secure, upstream)  # ``raw`` is detached: ``secure`` holds its descriptor
+        self._relays.start(_pump, upstream, secure)
         _pump(secure, upstream)
 
     def close(self) -> None:
         """Stop accepting connections, cut those open, and join the terminator's threads."""
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the ``accept``, which a close does not
-        self.listener.close()
-        self._threads[0].join(5)  # the accepting thread: no connection after it
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        joined = 0
-        while joined < len(self._threads):  # a relay may start its pump meanwhile
-            self._threads[joined].join(5)
-            joined += 1
+        self._relays.close(self.listener)
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

@@ -1,16 +1,14 @@
 """A loopback TCP proxy that can lose the next reply: the server runs the command, the client never
 hears back (its connection drops), as when a network path or a load balancer fails mid-reply.
-
-``close`` ends every thread the proxy started: a listening socket closed under a thread blocked in its
-``accept`` leaves the thread blocked for good on Linux, and the proxy's threads had outlived their
-module in its pytest-xdist worker to the session's end (threads61)."""
+``close`` ends every thread the proxy started (``tests.service.relay_threads``)."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
 from contextlib import suppress
+
+from tests.service.relay_threads import RelayThreads
 
 
 class ReplyLosingProxy:
@@ -24,9 +22,8 @@ class ReplyLosingProxy:
         self._pass = 0  # replies still to let through before the lost one
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
-        self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []  # every connection's two ends, cut at ``close``
-        self._started(self._accept)
+        self._relays = RelayThreads()
+        self._relays.start(self._accept)
 
     @property
     def url(self) -> str:
@@ -41,29 +38,16 @@ class ReplyLosingProxy:
 
     def close(self) -> None:
         """Stop accepting connections, cut those open, and join the proxy's threads."""
-        with suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the ``accept``, which a close does not
-        self._listener.close()
-        self._threads[0].join(5)  # the accepting thread: no connection after it
-        for sock in self._sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(5)
-
-    def _started(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        self._relays.close(self._listener)
 
     def _accept(self) -> None:
         with suppress(OSError):
             while True:
                 client, _ = self._listener.accept()
                 server = socket.create_connection(("127.0.0.1", self.upstream_port))
-                self._sockets += [client, server]
-                self._started(self._pump, client, server, False)
-                self._started(self._pump, server, client, True)
+                self._relays.track(client, server)
+                self._relays.start(self._pump, client, server, False)
+                self._relays.start(self._pump, server, client, True)
 
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         with suppress(OSError):
