@@ -19,24 +19,34 @@ import re
 from itertools import groupby
 
 from scheduler.costmodel import derived_kv_capacity
-from scheduler.devices import ModelPreset, device_profile, model_preset
-from scheduler.errors import InvalidInputError
+from scheduler.devices import DeviceProfile, ModelPreset, device_profile, model_preset
+from scheduler.errors import InvalidInputError, UnknownNameError
 from scheduler.types import Inventory, Worker
 from scheduler.validation import MAX_NUM_SEQS
 
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
 MAX_WORKERS = 4_096  # engines in one pool, the replay's and POST /schedule's inventory alike
 _PAST_LIMIT = f"exceed the limit of {MAX_WORKERS:,} workers (POST /schedule's too)"
+FORM = "COUNTxDEVICE[:max_num_seqs], e.g. 8xH100,8xAscend910B"  # what every malformed part is told
 _PART = re.compile(
     r"^\s*(?:(?P<count>\d+)\s*[xX*]\s*)?(?P<device>[A-Za-z0-9_\-]+)\s*(?::\s*(?P<seqs>\d+))?\s*$",
     re.ASCII,  # \d would match other scripts' digits, which int() then reads as ASCII ones
+)
+# DEVICEs that _PART read but are slips of form, not of name, each with what the user missed: "8x" (a
+# count and no device) matched as a device named "8x" and was refused as an unknown device, listing
+# the devices the user knew. The last two hold a known device (checked where they are used).
+_SLIPS = (
+    (re.compile(r"^\d+[xX]?$", re.ASCII), "a count with no device"),
+    (re.compile(r"^[xX]$"), "no count and no device"),
+    (re.compile(r"^[xX](?P<device>.+)$"), "an x with no count before it"),
+    (re.compile(r"^(?P<device>.+?)[xX]\d+$", re.ASCII), "the count goes before the device"),
 )
 
 
 def parse_workers(spec: str, model: str = "7b") -> Inventory:
     """Return the inventory ``spec`` describes, serving ``model``; a bad part raises ``InvalidInputError``."""
     if not spec.strip():
-        raise InvalidInputError("workers", spec, "empty; expected e.g. 8xH100,8xAscend910B[:256]")
+        raise InvalidInputError("workers", spec, f"empty; expected {FORM}")
     workers: list[Worker] = []
     parts: list[tuple[str, Worker]] = []  # each part's text and its first worker (all alike)
     for part in spec.split(","):
@@ -70,7 +80,7 @@ def _require_room_for_weights(part: str, worker: Worker, model: ModelPreset) -> 
 def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
     match = _PART.match(part)
     if match is None:
-        raise InvalidInputError("workers", part.strip() or spec, "expected COUNTxDEVICE[:MAX_NUM_SEQS]")
+        raise _malformed(part.strip() or spec, "")
     count = int(match["count"]) if match["count"] else 1
     seqs = int(match["seqs"]) if match["seqs"] else DEFAULT_MAX_NUM_SEQS
     if count < 1:
@@ -79,9 +89,37 @@ def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
         raise InvalidInputError("workers", part.strip(), f"max_num_seqs must be 1..{MAX_NUM_SEQS:,}")
     if start + count > MAX_WORKERS:  # before the workers are made: 80000000xH100 would allocate first
         raise InvalidInputError("workers", spec, f"{start + count:,} workers {_PAST_LIMIT}")
-    device = device_profile(match["device"])
+    device = _device(match["device"], part.strip())
     prefix = device.name.lower()
     return [Worker(worker_id=f"{prefix}-{start + i}", device=device, max_num_seqs=seqs) for i in range(count)]
+
+
+def _device(name: str, part: str) -> DeviceProfile:
+    """The profile of the DEVICE ``name`` read from ``part``; a name that is a slip of the spec's form
+    (``8x``, ``xH100``, ``H100x8``) is refused as malformed, and only a well-formed one that names no
+    device as unknown, so the user is sent to the form or to the device list, whichever they missed."""
+    try:
+        return device_profile(name)
+    except UnknownNameError:
+        for slip, missed in _SLIPS:
+            found = slip.match(name)
+            if found is not None and (found.re.groups == 0 or _is_device(found["device"])):
+                raise _malformed(part, missed) from None
+        raise
+
+
+def _is_device(name: str) -> bool:
+    """Whether ``name`` is a device ``device_profile`` knows, by any of its spellings."""
+    try:
+        device_profile(name)
+    except UnknownNameError:
+        return False
+    return True
+
+
+def _malformed(part: str, why: str) -> InvalidInputError:
+    """The one-line refusal of a part that is not of the form ``COUNTxDEVICE[:max_num_seqs]``."""
+    return InvalidInputError("workers", part, f"malformed{f' ({why})' if why else ''}; expected {FORM}")
 
 
 def pool_label(inventory: Inventory) -> str:

@@ -18,6 +18,15 @@ CASES: dict[str, tuple[list[str], str]] = {
         ["--workers", "8xH100,8xAscend910B", "--model", "32b"],
         "replay: workers='8xAscend910B': one Ascend910B offers 57.6 GiB to the engine",
     ),
+    "a count with no device": (
+        ["--workers", "8x"],
+        "replay: workers='8x': malformed (a count with no device); expected COUNTxDEVICE[:max_num_seqs], "
+        "e.g. 8xH100,8xAscend910B",
+    ),  # was "replay: device='8x': unknown; expected one of A100-80GB, ..."
+    "an unknown device": (
+        ["--workers", "8xB200"],
+        "replay: device='B200': unknown; expected one of A100-80GB, Ascend910B, H100, H200",
+    ),
     "a zero time budget": (["--time-budget", "0"], "replay: time_budget=0.0: must be a positive"),
     "a NaN time budget": (["--time-budget", "nan"], "replay: time_budget=nan: must be a positive"),
     "a negative seed": (["--seed", "-1"], "replay: seed=-1: must be an integer >= 0"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scheduler.errors import InvalidInputError, UnknownNameError
@@ -58,6 +60,54 @@ def test_a_max_num_seqs_past_the_api_s_bound_is_refused(seqs: str) -> None:
 def test_an_unknown_device_names_the_known_ones() -> None:
     with pytest.raises(UnknownNameError, match="H100"):
         parse_workers("4xTPUv5")
+
+
+EXPECTED_FORM = "expected COUNTxDEVICE[:max_num_seqs], e.g. 8xH100,8xAscend910B"
+
+
+@pytest.mark.parametrize(
+    ("spec", "part"),
+    [
+        ("8x", "8x"),  # a count with no device: was "device='8x': unknown; expected one of ..."
+        ("8X", "8X"),
+        ("8", "8"),
+        ("x", "x"),
+        ("*", "*"),
+        ("xH100", "xH100"),  # a separator with no count
+        ("H100x8", "H100x8"),  # the count after the device
+        ("H100*8", "H100*8"),
+        ("8xH100:", "8xH100:"),
+        (":64", ":64"),
+        ("8*", "8*"),
+        ("8x:64", "8x:64"),
+        ("8xH100,8x", "8x"),
+        ("8xH100,,", "8xH100,,"),  # an empty part: the whole spec shows where
+        ("8xH100:abc", "8xH100:abc"),
+    ],
+)
+def test_a_malformed_part_says_malformed_and_shows_the_expected_form(spec: str, part: str) -> None:
+    # Issue 6: "Unknown device or malformed --workers: a clear one-line error". A count with no device
+    # read as a device named "8x", unknown, which sent the user to the device list for a typo of form.
+    with pytest.raises(InvalidInputError) as caught:
+        parse_workers(spec)
+    assert not isinstance(caught.value, UnknownNameError), caught.value
+    assert (caught.value.field, caught.value.value) == ("workers", part)
+    assert caught.value.reason.startswith("malformed"), caught.value.reason
+    assert caught.value.reason.endswith(EXPECTED_FORM), caught.value.reason
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("spec", ["4xTPUv5", "TPU", "8xB200:64", "x100", "8xH1OO"])
+def test_a_well_formed_part_with_an_unknown_device_still_says_unknown_device(spec: str) -> None:
+    with pytest.raises(UnknownNameError) as caught:
+        parse_workers(spec)
+    assert caught.value.field == "device"
+    assert "unknown; expected one of A100-80GB, Ascend910B, H100, H200" in str(caught.value)
+
+
+def test_an_empty_spec_shows_the_expected_form() -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(f"empty; {EXPECTED_FORM}")):
+        parse_workers(" ")
 
 
 def test_an_unknown_model_preset_is_refused() -> None:
