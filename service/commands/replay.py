@@ -238,7 +238,7 @@ def _report(result: ReplayReport, steal: bool, per_worker: str | None, as_json: 
     else:
         _print_table(result, steal)
         if rows:
-            _print_workers(rows, per_worker or "")
+            _print_workers(rows, per_worker or "", result.synthetic)
 
 
 def _print_table(result: ReplayReport, steal: bool) -> None:
@@ -277,11 +277,14 @@ def _json(result: ReplayReport, steal: bool, rows: list[WorkerRow]) -> dict[str,
     return out
 
 
-def _print_workers(rows: list[WorkerRow], policy: str) -> None:
+def _print_workers(rows: list[WorkerRow], policy: str, synthetic: bool) -> None:
+    """The --per-worker table; its title says a synthetic trace's rows are synthetic, as the summary's
+    does: the table is read (and pasted) on its own, and its title said nothing of it."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{policy}, worker by worker (area: true / planned KV-token-steps)")
+    label = "SYNTHETIC trace, " if synthetic else ""
+    table = Table(title=f"{label}{policy}, worker by worker (area: true / planned KV-token-steps)")
     for column in (
         "step",
         "worker",

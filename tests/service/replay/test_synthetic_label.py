@@ -96,3 +96,19 @@ def test_the_gantt_chart_names_its_step_pool_model_and_a_synthetic_trace(
     assert Image.open(chart).info["Title"] == (
         "SYNTHETIC trace, step 1 on 2xH100:64 (7b): trajectories per worker (stealing on)"
     )
+
+
+def test_the_per_worker_table_of_a_synthetic_trace_says_so_in_its_own_title(
+    cli: typer.Typer, small_trace: Trace, small_trace_file: Path, tmp_path: Path
+) -> None:
+    # Issue 6: "labelled synthetic in every output it writes". --per-worker's table is an output of its
+    # own (read alone, pasted alone), and its title was "lpt, worker by worker ..." on either trace.
+    code, out, _ = run(cli, ["replay", str(small_trace_file), *REPLAY, "--per-worker", "lpt"])
+    assert code == 0
+    (title,) = [line for line in out.splitlines() if "worker by worker" in line]
+    assert "SYNTHETIC trace, lpt, worker by worker" in title, out
+    recorded = _recorded(small_trace, tmp_path / "recorded.csv")
+    code, out, _ = run(cli, ["replay", str(recorded), *REPLAY, "--per-worker", "lpt"])
+    assert code == 0
+    assert "SYNTHETIC" not in out
+    assert "lpt, worker by worker" in out
