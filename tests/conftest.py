@@ -152,8 +152,7 @@ def keeper() -> Iterator[StepKeeper]:
     for 3 h where a hold was never let go (threads61)."""
     own = StepKeeper()
     yield own
-    with own._lock:
-        own._held.clear()
+    own.let_go_all()
     own.settle(5.0)
 
 

@@ -108,6 +108,19 @@ class StepKeeper:
             if self._settling and not self._held:
                 self._wake.set()
 
+    def let_go_all(self) -> int:
+        """Stop keeping everything kept now; how many that was. For a caller whose holds have no
+        request left to take them back, which ``let_go`` would need one by one: a test's keeper at the
+        test's end (tests/conftest.py's ``keeper``), so that ``settle`` then ends its thread at once;
+        it had cleared the private ``_held`` under ``_lock`` itself. Like ``let_go``, a ``settle``
+        waiting on what was kept is woken."""
+        with self._lock:
+            count = len(self._held)
+            self._held.clear()
+            if self._settling:
+                self._wake.set()
+        return count
+
     def settle(self, timeout_s: float) -> bool:
         """End the thread now if nothing is kept, else at the last ``let_go``, waiting ``timeout_s``
         at most for the former; whether none runs.

@@ -49,3 +49,16 @@ def test_a_hold_after_the_settled_thread_ended_starts_one_that_ticks_on(keeper: 
     assert second is not first
     second.join(0.2)
     assert second.is_alive()
+
+
+def test_letting_go_of_all_ends_a_settled_thread_and_says_how_many(keeper: StepKeeper) -> None:
+    # What the keeper fixture does at a test's end, through a public call: it had cleared the
+    # keeper's private ``_held`` under its ``_lock``.
+    thread = _thread(keeper, FIRST)
+    keeper.hold(CTX, SECOND, life_s=60.0)
+    assert not keeper.settle(0.0)  # two kept: the thread ticks on
+    assert keeper.let_go_all() == 2
+    assert keeper.held() == 0
+    thread.join(5.0)
+    assert not thread.is_alive()  # woken as the last let_go wakes it
+    assert keeper.let_go_all() == 0
