@@ -31,6 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from predictors.featurenames import refused
 from predictors.features import FeatureSpec
 from predictors.fsmode import make_folders, make_ordinary, remove_folders
 from predictors.model import FittedModel, ModelMetadata
@@ -42,6 +43,27 @@ _VERSION_DIR = re.compile(r"^v(\d{6,})$")
 _BOOSTERS = ("p50.txt", "p90.txt")
 _FILES = (*_BOOSTERS, "metadata.json")
 _LAST = ".last-version"  # the highest number handed out, so a removed version's number is not reused
+
+
+class RetiredFeaturesError(InvalidInputError):
+    """The version was fitted on extra features of a name no request may send any more
+    (``predictors.featurenames.refused``): a release before round 61 trained on the actuals that
+    carried them. Its predictions read each as missing, and one such feature was the very length
+    they predict (``completion_tokens``), so it is not used; the next retrain stores one without them.
+    ``names`` are those features. Not damage: nothing to remove or re-copy (``service.learning.models``)."""
+
+    def __init__(self, field: str, value: str, names: list[str]) -> None:
+        self.names = names
+        super().__init__(
+            field,
+            value,
+            f"fitted on features a request can no longer send ({', '.join(map(repr, names))}: named as "
+            "trace columns or by another tool's name for one); not used until a retrain replaces it",
+        )
+
+    def __reduce__(self) -> tuple[type[InvalidInputError], tuple[object, ...]]:
+        """Pickle by the constructor's arguments (see ``InvalidInputError.__reduce__``)."""
+        return type(self), (self.field, self.value, self.names)
 
 
 class VersionGoneError(InvalidInputError):
@@ -216,10 +238,13 @@ class ModelStore:
             raw = json.loads((directory / "metadata.json").read_text())
             meta = _metadata_from_json(raw)
             spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
+            _check_features(spec, directory)  # before the boosters are read: a reload meets it each tick
             _check_files(directory, raw.get("checksums"))
             p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
             p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
             _check_fits(meta, spec, p50, p90)
+        except RetiredFeaturesError:
+            raise
         # AttributeError: metadata of another shape (a list where a mapping belongs), which must be
         # passed over like any damaged version, not fail every replica's reload
         except (OSError, ValueError, KeyError, TypeError, AttributeError, lgb.basic.LightGBMError) as error:
@@ -262,6 +287,13 @@ def _write_boosters(model: FittedModel, staging: Path) -> None:
             booster.save_model(str(staging / name))
         except lgb.basic.LightGBMError as error:
             raise OSError(f"could not write {staging / name}: {error}") from None
+
+
+def _check_features(spec: FeatureSpec, directory: Path) -> None:
+    """``RetiredFeaturesError`` where the version's extra features include a name now refused."""
+    names = [name for name in (*spec.numeric, *spec.categorical) if refused(name)]
+    if names:
+        raise RetiredFeaturesError("model_store", str(directory), names)
 
 
 def _check_files(directory: Path, checksums: Any) -> None:

@@ -29,7 +29,7 @@ from predictors.history import History
 from predictors.model import complete_steps, fit
 from predictors.predictor import LengthPredictor, Predictions
 from predictors.queries import Query, QueryBatch
-from predictors.store import ModelStore
+from predictors.store import ModelStore, RetiredFeaturesError
 from scheduler.errors import InvalidInputError
 from service.delivery.views import DeliveryViews
 from service.learning import store_calls
@@ -94,6 +94,7 @@ class ModelService:
         self._warming = False  # a warm thread runs (and will take ``_warm_step``)
         self.warmer: threading.Thread | None = None  # the last warm thread started, if any
         self._unreadable: set[object] = set()  # stored versions that did not load (each logged once)
+        self._retired_told = False  # a version fitted on features now refused was met (and logged)
         self.load_failed: Callable[[bool], None] | None = None  # told each failed load (True: the listing)
         self._planned: int | None = None  # the step this replica planned last (``predict``): open
         self.loaded = False
@@ -277,11 +278,30 @@ class ModelService:
             return self.predictor.reload(self.store, self._unreadable_version)
 
     def _unreadable_version(self, error: InvalidInputError) -> None:
+        if isinstance(error, RetiredFeaturesError):  # not damage: no failed load to count or remove
+            self._retired_version(error)
+            return
         if self.load_failed is not None:  # every try counted (``rollout_model_load_failures_total``)
             self.load_failed(error.value == str(self.store.root))  # the store itself: its listing
         if error.value not in self._unreadable:
             self._unreadable.add(error.value)
             _log.error("model store: %s; passed over", error)
+
+    def _retired_version(self, error: RetiredFeaturesError) -> None:
+        """Say once in the replica's life, as a warning, why the store's newest versions are passed over:
+        fitted before the upgrade on features no request may send (``predictors.featurenames``), each is
+        left until a retrain stores one without them. Older versions so fitted add no line of their own
+        (up to ``keep`` of them, all of one cause), and none is counted as a failed load: nothing is
+        damaged, and the alert on those says to remove or re-copy the version."""
+        if self._retired_told:
+            return
+        self._retired_told = True
+        _log.warning(
+            "model store: %s; it and any older version so fitted are passed over: an older version that "
+            "loads, else the fallbacks, predicts until a retrain (POST /models/retrain, or the automatic one "
+            "of ROLLOUT_RETRAIN_EVERY_STEPS) stores one fitted without them",
+            error,
+        )
 
     def retrain(
         self,

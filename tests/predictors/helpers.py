@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from predictors.model import FitConfig
+from predictors.model import FitConfig, FittedModel, fit
 from predictors.synthetic import synthetic_trace
 from predictors.tracetable import Trace
 from scheduler.trace import TraceRow
@@ -44,3 +44,17 @@ def mean_runs(runs: Sequence[tuple[int, str, float]]) -> Trace:
         for s, p, m in runs
         for k, f in enumerate((0.9, 1.1))
     )
+
+
+def fitted_with(numeric: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> FittedModel:
+    """A model of a three-step ``drifting_trace`` with the extra features named, as a release before
+    round 61 fitted them from stored actuals (a numeric one holds the output length itself, a
+    categorical one a label): tests/predictors/test_store_retired_features.py and its service side."""
+    trace = drifting_trace(steps=3)
+    labels = np.random.default_rng(0).choice(np.array(["a", "b"], dtype=object), len(trace))
+    trace = dataclasses.replace(
+        trace,
+        numeric={name: trace.output_tokens.astype(np.float64) for name in numeric},
+        categorical=dict.fromkeys(categorical, labels),
+    )
+    return fit(trace, FAST)
