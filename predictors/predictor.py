@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from predictors.fallbacks import GlobalPrior, PriorDefaults, pooled_log_sd, prom
 from predictors.features import build_features, distinct_queries
 from predictors.history import History
 from predictors.model import FittedModel
+from predictors.priorcounts import CACHE_CELLS
 from predictors.promptprior import PriorRows, prior_at
 from predictors.promptstats import PromptStats
 from predictors.quantiles import PLANNING_QUANTILE, at_quantile, check_quantile, ordered
@@ -33,6 +34,11 @@ from scheduler.trace import TraceRow
 
 SOURCES: tuple[str, ...] = ("lightgbm", "prompt_history_mean", "global_prior")
 _LIGHTGBM, _HISTORY_MEAN, _GLOBAL_PRIOR = range(len(SOURCES))  # a query's source, as its index in SOURCES
+
+
+# A cached global prior: (id of the history, step, its version_before), the prior, the pooled spread
+_CachedPrior = tuple[tuple[int, int, int], GlobalPrior, float]
+_PriorCache = tuple[_CachedPrior, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +73,7 @@ class LengthPredictor:
         self._defaults = defaults or PriorDefaults()
         self._lock = threading.Lock()
         # (id of the history, step, its version_before) -> prior and spread, the latest few steps
-        self._global_prior_cache: tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...] = ()
+        self._global_prior_cache: _PriorCache = ()
         if model is not None:
             prepare()  # a model's predictions read the drift (``predictors.drift.prepare``)
 
@@ -217,13 +223,11 @@ class LengthPredictor:
         with self._lock:  # the latest four steps asked about, as ``History.stats_before`` keeps
             kept = [e for e in self._global_prior_cache if e[0][:2] != key[:2] and e[0] not in lapsed]
             kept.append((key, found, sigma))
-            self._global_prior_cache = tuple(sorted(kept, key=lambda e: e[0][1])[-4:])
+            self._global_prior_cache = _bounded(tuple(sorted(kept, key=lambda e: e[0][1])[-4:]))
         return found, sigma
 
     @staticmethod
-    def _resumed_prior(
-        history: History, step: int, cached: tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...]
-    ) -> GlobalPrior | None:
+    def _resumed_prior(history: History, step: int, cached: _PriorCache) -> GlobalPrior | None:
         """The prior before ``step`` from the cached one of the latest earlier step whose rows are still
         all held and none came since (its version holds), counting only the rows of the steps between
         (``GlobalPrior.advanced``, identical to the bit): the step's first predict after its
@@ -243,6 +247,26 @@ class LengthPredictor:
             step, "prompt_tokens", "output_tokens", since=since
         )
         return base.advanced(prompt_tokens, output_tokens)
+
+
+def _bounded(cache: _PriorCache) -> _PriorCache:
+    """``cache`` (ascending steps) whose priors but the newest step's keep their counts only while all
+    the counts kept hold ``CACHE_CELLS`` cells or fewer, the newest first: the newest step's are what
+    the next step's first predict advances (``_resumed_prior``), an older one's only what an advance
+    falls back on where rows of an earlier step came since (a late report). Four tables of lengths
+    near ``COUNTED_MAX``, each worth keeping over 1.2 M rows, held 4 x ~10 MiB (edges61); now one,
+    while a bench-like history's four (~33,000 cells each) are all kept. A prior without its counts
+    answers the same; advancing from it is counting afresh."""
+    budget = CACHE_CELLS
+    kept: list[_CachedPrior] = []
+    for index, (key, prior, sigma) in enumerate(reversed(cache)):
+        counts = prior.counts
+        if counts is not None and index and counts.cells > budget:
+            prior = replace(prior, counts=None)
+        elif counts is not None:
+            budget -= counts.cells
+        kept.append((key, prior, sigma))
+    return tuple(reversed(kept))
 
 
 def _lapsed(held: tuple[int, int, int], history: History) -> bool:

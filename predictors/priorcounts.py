@@ -23,6 +23,10 @@ COUNTED_MAX = 1 << 17
 # Cells of a count table kept for the next step whatever the rows it counts (512 KiB of int64); a
 # larger one is kept only where it counts more rows than its cells (``PriorCounts.worth_keeping``)
 KEPT_CELLS = 1 << 16
+# Cells of count tables a predictor's cache of priors holds beside the newest step's (4 MiB of int64;
+# ``predictors.predictor``): four tables of a bench-like history (~33,000 cells each) fit, where four
+# of lengths near ``COUNTED_MAX``, each worth keeping over 1.2 M rows, had held ~40 MiB (edges61)
+CACHE_CELLS = 1 << 19
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +74,11 @@ class PriorCounts:
         return PriorCounts(per_length, edges, per_bin, n, self.dtype)
 
     @property
+    def cells(self) -> int:
+        """Cells of the tables (int64 each): what holding these counts costs."""
+        return self.per_length.size + self.per_bin.size
+
+    @property
     def worth_keeping(self) -> bool:
         """Whether these counts are worth holding for ``advanced``: a table of ``KEPT_CELLS`` or fewer,
         or of no more cells than the rows it counts. An advance costs a pass over every cell (the bin
@@ -77,8 +86,7 @@ class PriorCounts:
         rows saves at most half of a short count, where it held up to ~9 MiB (9 bins x 2**17 output
         lengths of int64), four times over in a predictor's cache, for a history of 32,768 rows
         whose columns held 1.8 MiB (edges61)."""
-        cells = self.per_length.size + self.per_bin.size
-        return cells <= max(self.rows, KEPT_CELLS)
+        return self.cells <= max(self.rows, KEPT_CELLS)
 
     def figures(self) -> tuple[FloatArray, ...]:
         """(edges, p50, p90, mean) of the rows counted: each bin's figures from its counts."""

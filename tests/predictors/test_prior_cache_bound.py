@@ -17,7 +17,7 @@ import numpy as np
 from predictors.fallbacks import GlobalPrior
 from predictors.history import History
 from predictors.predictor import LengthPredictor
-from predictors.priorcounts import COUNTED_MAX, KEPT_CELLS
+from predictors.priorcounts import CACHE_CELLS, COUNTED_MAX, KEPT_CELLS
 from predictors.queries import Query
 from predictors.tracetable import Trace
 
@@ -93,3 +93,30 @@ def test_a_history_of_few_rows_of_wide_lengths_holds_no_counts_and_answers_as_a_
     want = LengthPredictor(History(history.trace)).predict(ASKED, 6)
     assert got.p50.tobytes() == want.p50.tobytes()
     assert got.p90.tobytes() == want.p90.tobytes()
+
+
+def test_an_uncapped_history_of_wide_lengths_keeps_counts_the_newest_step_s_and_a_few_cells_more() -> None:
+    # Each table here is worth keeping (400,000 rows counted, 294,912 cells: 2**15 output lengths in
+    # each of 8 bins, and the prompt lengths), and the four cached priors held all four, 9 MiB (of 2**17
+    # lengths: 4 x 9 MiB, edges61). Now the newest step's counts are kept (the next step's advance adds to
+    # them) and the older ones only while all fit in ``CACHE_CELLS``.
+    width = 1 << 15
+    history = History(Trace.concat([_step(s, 40_000, width, seed=9) for s in range(10)]))
+    predictor = LengthPredictor(history)
+    for step in range(10, 16):
+        predictor.predict(ASKED, step)
+        history.append(_step(step, 40_000, width, seed=9))
+    got = predictor.predict(ASKED, 16)
+    held = _counts_held(predictor)
+    assert len(held) == 4
+    assert held[-1] >= 9 * width  # the newest step's (8 bins and the prompt lengths), to be advanced
+    assert held[:-1] == [0, 0, 0]  # another would pass the bound
+    assert sum(held) <= max(held[-1], CACHE_CELLS)
+    want = LengthPredictor(History(history.trace)).predict(ASKED, 16)
+    assert got.p50.tobytes() == want.p50.tobytes()
+    assert got.p90.tobytes() == want.p90.tobytes()
+    history.append(_step(15, 2_000, width, seed=99))  # late reports of step 15: the newest lapses
+    late = predictor.predict(ASKED, 16)  # counted afresh: the older priors hold no counts to advance
+    fresh = LengthPredictor(History(history.trace)).predict(ASKED, 16)
+    assert late.p50.tobytes() == fresh.p50.tobytes()
+    assert late.p90.tobytes() == fresh.p90.tobytes()
