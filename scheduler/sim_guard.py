@@ -22,6 +22,8 @@ def in_time(
     victim: WorkerEngine,
     thief: WorkerEngine,
     items: list[int],
+    *,
+    ahead: int = 0,
 ) -> bool:
     """The deadline guard: ``thief`` would finish every one of ``items`` before its owner would.
 
@@ -33,12 +35,14 @@ def in_time(
     anyway: the work it already runs (``thief_busy_seconds``, slowed by the stolen sequence)
     must also end by then, or the steal only moves the end of the step from one worker to the
     other (measured: short-cot replays, where a critical worker that stole ran 4% late).
+    ``ahead``: items the same steal took before ``items`` (``scheduler.sim_steal.tail_batch``), not
+    in the thief's batch yet but in it once they run, so counted in the batch its steps run with.
     """
     if planned is None:
         return True
     starts, ends = planned
     now, head = thief.clock, starts[victim.queue[0]]
-    batch = thief.batch + len(thief.waiting) + len(items)
+    batch = thief.batch + len(thief.waiting) + ahead + len(items)
     late = lateness(head, now)
     for i in items:
         seconds = thief_seconds(thief, i, batch)

@@ -6,19 +6,21 @@ One clock. When workers interact, their events are merged on one deterministic h
 (time, counter), SimPy style: equal times are served in the order they were scheduled, so a replay
 is reproducible bit for bit. All workers whose events fall at the same instant are handled as one
 batch: each applies its event and claims from its own queue; then those whose sidecar has room
-(``WorkerEngine.has_room``) take work one item at a time, the least-loaded (fewest in flight, then
-inventory order) first, which is how sidecars polling concurrently share a queue.
+(``WorkerEngine.has_room``) take work one claim or steal call at a time, the least-loaded (fewest
+in flight, then inventory order) first, which is how sidecars polling concurrently share a queue.
 
 Where work comes from. The shared queue's head when there is one; else, with stealing, the TAIL of
 the queue with the most predicted work remaining, scaled by that victim's speed (or the next such
 queue, up to ``STEAL_VICTIMS``, while a tail can never go to that thief: ``_steal_from``). That is
-the delivery layer's rule:
+the delivery layer's rule, and one steal takes what one call of it takes (``scheduler.sim_steal``):
+up to the thief's free slots (one under KV admission) and half the victim's queue, from that one
+victim; a thief with room left steals again, as its sidecar does, choosing the victim anew:
 
 - the items at a queue's head, which its owner starts first, stay with it (a queue's order is
   ``scheduler.policies.ordering``'s choice, not always longest-first);
-- a thief takes an item only if it fits its KV cache beside everything it has in flight, all at
-  PREDICTED final lengths (``WorkerEngine.reservation_fits``: a free slot is no sign of spare
-  capacity when KV binds);
+- a thief takes an item only if it fits its KV cache beside everything it has in flight and the
+  items this call took before it, all at PREDICTED final lengths (the KV steal gate: a free slot is
+  no sign of spare capacity when KV binds); the first refused ends the call;
 - for a static plan, only if it would finish the item before its owner would, by the plan's
   per-item deadlines (the deadline guard: ``scheduler.sim_guard`` and ``scheduler.deadlines``; a
   refused thief's turn ends, as with a KV refusal);
@@ -48,45 +50,18 @@ takes that head, at that instant, as its polling sidecar would claim what follow
 
 from __future__ import annotations
 
-import enum
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Sequence
 
 from scheduler.sim_alone import play_out
 from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_guard import in_time
+from scheduler.sim_steal import Steal, tail_batch, unpinned_tail
 
 # Queues one steal looks at, busiest first (steal.lua's VICTIMS): enough to get past a few queues with
 # nothing for this thief, while a steal stays O(workers), not a walk over every queue's tail.
 STEAL_VICTIMS = 4
-# Under prefix affinity, unpinned items one steal looks at from a victim's tail, passing over groups
-# that can never leave it for this thief (part of it claimed, a member too big for its cache) for the
-# nearest one that may (steal.lua's SCAN): a longer run of those shields what precedes it, so a steal
-# stays bounded on long queues. Pinned items are not counted, and without affinity nothing bounds
-# the pass: steal.lua reads a victim's list of its unpinned items, or of those the thief's cache
-# holds (lua/index.lua; docs/delivery.md, "Pins and prefix affinity"), so any number of items the
-# thief may never take is passed at no cost. 64: measured in delivery, scanning 256 cost a steal
-# 0.33 ms of Redis (0.76 under affinity) at four victims, against ~0.06 ms for one that takes an item.
-STEAL_SCAN = 64
-
-
-class Steal(enum.Enum):
-    """What one victim gave a thief.
-
-    TAKEN: the thief took the item (under affinity, the group). SKIP: nothing this thief can ever
-    take from that queue (all of it pinned or too big for its cache; under affinity, within
-    ``STEAL_SCAN``, in groups that cannot move), so it tries the next victim. STOP: a refusal that
-    time lifts (the KV steal gate, the deadline guard, an admission refusal), which ends the thief's
-    turn (``_steal_from``). PASS (one group's verdict, within a victim): that group can never leave
-    the victim for this thief now, so the thief looks at the group before it.
-    """
-
-    TAKEN = "taken"
-    SKIP = "skip"
-    STOP = "stop"
-    PASS = "pass"
 
 
 class Pool:
@@ -179,8 +154,9 @@ class Pool:
                 self._schedule(when, index)
 
     def _acquire(self, engines: list[WorkerEngine], now: float) -> list[int]:
-        """Hand out shared or stolen items one at a time, least-loaded taker first; return the idle
-        workers (not among ``engines``) that a new shared head woke and that took work, to commit."""
+        """Hand out shared items one at a time and stolen ones a steal call at a time, least-loaded
+        taker first; return the idle workers (not among ``engines``) that a new shared head woke and
+        that took work, to commit."""
         if self._shared_head() is None and self._dry:
             return []
         takers = [
@@ -282,37 +258,38 @@ class Pool:
         return False
 
     def _steal(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
-        """Move the victim's tail item (a group, under prefix affinity) to ``thief`` if it fits now.
+        """Move a batch of the victim's tail items (a group, under prefix affinity) to ``thief``.
 
-        A pinned item never moves, nor one too big for the thief's cache, but neither shields its
-        queue: the thief takes the nearest item before them that it may, however many there are
-        (steal.lua reads the victim's list of unpinned items, or of those the thief's cache holds:
-        index.lua); under prefix affinity the nearest group that may move, within ``STEAL_SCAN``
-        unpinned items of the tail of groups the thief holds whole (``_unpinned_tail``; index.lua's
-        ``P:gneed``: a group with a member too big for it is passed over uncounted, as a pinned one).
-        A dead worker's pinned group planned last
-        kept every item of its queue from idle thieves; a long prompt at the tail kept it from
-        every small cache; a hundred pins, or long documents, planned last did so past the old
-        bound of ``STEAL_SCAN`` items (docs/simulator.md, "Pins", "Items a worker cannot hold"; the
-        history: docs/experiments.md, "Stealing past items a thief may never take").
+        Without affinity one call takes what ``sim_steal.tail_batch`` says, steal.lua's rule: up to
+        the thief's free slots (one under KV admission) and half the victim's queue, from its tail,
+        all from this victim, in one call; the thief's next call (it still has room) may pick another
+        victim. A pinned item never moves, nor one too big for the thief's cache, but neither shields
+        its queue: the thief takes the nearest items before them, however many there are; under
+        prefix affinity the nearest group that may move, within ``STEAL_SCAN`` unpinned items of the
+        tail of groups the thief holds whole (``sim_steal.unpinned_tail``; index.lua's ``P:gneed``).
+        A dead worker's pinned group planned last kept every item of its queue from idle thieves; a
+        long prompt at the tail kept it from every small cache (docs/simulator.md, "Pins", "Items a
+        worker cannot hold"; the history: docs/experiments.md, "Stealing past items a thief may
+        never take").
         """
         if self.affinity:
             return self._steal_group(victim, thief)
-        queue, pin = victim.queue, thief.ledger.pin
-        tail = enumerate(reversed(queue), 1)  # unbounded: steal.lua reads a list of what it may take
-        back = next((b for b, i in tail if pin[i] < 0 and thief.can_hold(i)), 0)
-        if not back:
-            return Steal.SKIP
-        item = queue[-back]
-        if not thief.reservation_fits(item) or not in_time(self.planned, victim, thief, [item]):
-            return Steal.STOP  # the KV steal gate, then the deadline guard
-        if not thief.take(item):
-            return Steal.STOP
-        del queue[-back]
-        self._unclaimed -= 1
-        victim.queued_work -= thief.ledger.planned[item]
-        thief.ledger.stolen[item] = True
-        self.steals += 1
+        backs, outcome = tail_batch(victim, thief, self.planned)
+        queue, ledger = victim.queue, thief.ledger
+        taken: list[int] = []
+        for back in backs:  # tail first, as steal.lua leases them; KV admission may refuse (one item)
+            if not thief.take(queue[-back]):
+                break
+            taken.append(back)
+        if not taken:
+            return Steal.STOP if backs else outcome
+        for back in reversed(taken):  # farthest from the tail first: the nearer keep their positions
+            item = queue[-back]
+            del queue[-back]
+            victim.queued_work -= ledger.planned[item]
+            ledger.stolen[item] = True
+        self._unclaimed -= len(taken)
+        self.steals += len(taken)
         return Steal.TAKEN
 
     def _steal_group(self, victim: WorkerEngine, thief: WorkerEngine) -> Steal:
@@ -324,7 +301,7 @@ class Pool:
         def held(item: int) -> bool:  # the thief holds the item's whole group
             return largest[group[item]] <= thief.cap
 
-        for _, item in _unpinned_tail(victim.queue, thief.ledger.pin, held):
+        for _, item in unpinned_tail(victim.queue, thief.ledger.pin, held):
             g = group[item]
             if g not in judged:
                 judged.add(g)
@@ -373,16 +350,3 @@ class Pool:
         return heapq.nsmallest(
             STEAL_VICTIMS, candidates, key=lambda e: (-e.queued_work / self.speeds[e.index], e.index)
         )
-
-
-def _unpinned_tail(
-    queue: deque[int], pin: Sequence[int], held: Callable[[int], bool]
-) -> Iterator[tuple[int, int]]:
-    """The first ``STEAL_SCAN`` unpinned items from the queue's tail whose group the thief ``held``
-    whole, each with its position from the tail (1: the tail): what a thief looks at under prefix
-    affinity. Pinned items are not counted, as steal.lua reads a queue holding pins through its list
-    of unpinned items (lua/index.lua): a hundred pins planned last shielded the queue before them. A
-    pin binds its whole group (``sim_load.pin_whole_groups``), so pinned groups are passed over
-    whole; nor are those of a group with a member too big for the thief (index.lua, ``P:gneed``)."""
-    unpinned = ((b, i) for b, i in enumerate(reversed(queue), 1) if pin[i] < 0 and held(i))
-    return islice(unpinned, STEAL_SCAN)

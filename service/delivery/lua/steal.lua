@@ -50,7 +50,7 @@
 -- '' or absent = 1: the predicted length only), call id ('' or absent: none; as claim's).
 -- Returns {victim, then 5-tuples as claim}; {} when there is nothing to steal or nothing fits.
 local VICTIMS = 4  -- queues one steal may look at: the busiest first, then the next while skipped
-local SCAN = 64  -- items one steal passes over in the list it reads (too big; sim_pool.py's STEAL_SCAN)
+local SCAN = 64  -- items one steal passes over in the list it reads (too big; sim_steal.py's STEAL_SCAN)
 local cfg = settings()
 if not cfg then return redis.error_reply('NOSCHEDULE') end
 local thief, want, now, budget = ARGV[1], tonumber(ARGV[2]), now_ms(ARGV[3]), tonumber(ARGV[4])

@@ -13,8 +13,8 @@ import redis
 from scheduler.devices import device_profile, model_preset
 from scheduler.errors import InvalidInputError
 from scheduler.planner import plan
-from scheduler.sim_pool import STEAL_SCAN
 from scheduler.sim_rules import DEFAULT_ENGINE  # the rules a plain SimOptions plays by
+from scheduler.sim_steal import STEAL_SCAN
 from scheduler.simulator import SimOptions, simulate
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 from service.delivery import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scheduler.sim_pool import STEAL_SCAN
+from scheduler.sim_steal import STEAL_SCAN
 from service.delivery import Delivery, DeliveryItem, PublishedSchedule, PublishOutcome
 from tests.service.delivery.conftest import item, schedule
 

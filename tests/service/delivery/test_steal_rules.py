@@ -6,7 +6,7 @@ import dataclasses
 
 import redis
 
-from scheduler.sim_pool import STEAL_SCAN
+from scheduler.sim_steal import STEAL_SCAN
 from service.delivery import Delivery, DeliveryItem, PublishedSchedule
 from tests.service.delivery.audit import assert_sound
 from tests.service.delivery.conftest import item
