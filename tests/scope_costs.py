@@ -89,6 +89,7 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_sim_refit.py",
         "test_simulator_reference.py",
         "test_solver_docs.py",
+        "test_steal_batch.py",
         "test_synth.py",
         "test_synth_calibration.py",
         "test_tailbound_root.py",
