@@ -32,13 +32,17 @@ class TlsTerminator:
             self._relays.start(self._relay, raw)
 
     def _relay(self, raw: socket.socket) -> None:
+        # tracked before its handshake (``raw`` is detached: ``secure`` holds its descriptor), so that
+        # a ``close`` cuts one a client has not finished: that thread waited for the client's hang-up
+        secure = self.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self._relays.track(secure)
         try:
-            secure = self.context.wrap_socket(raw, server_side=True)
+            secure.do_handshake()
         except (ssl.SSLError, OSError):
-            raw.close()  # the client refused our certificate: nothing to relay
+            secure.close()  # the client refused our certificate, or the close cut it: nothing to relay
             return
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-        self._relays.track(secure, upstream)  # ``raw`` is detached: ``secure`` holds its descriptor
+        self._relays.track(upstream)
         self._relays.start(_pump, upstream, secure)
         _pump(secure, upstream)
 
