@@ -65,7 +65,7 @@ def children_ignore_sigint() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        _put_back(previous)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one pending now is delivered
         if heard:
             signal.raise_signal(signal.SIGINT)  # to the handler just put back
@@ -94,8 +94,14 @@ def remembered_sigint() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        _put_back(previous)
         _HEARD.clear()
+
+
+def _put_back(previous: Callable[[int, FrameType | None], Any] | int | None) -> None:
+    """SIGINT's handler as it was before a block replaced it; where ``signal.getsignal`` said None (a
+    handler not set from Python, which Python cannot set again), Python's own Ctrl-C handler."""
+    signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def raise_if_interrupted() -> None:
@@ -169,10 +175,13 @@ class QuietPool(ProcessPoolExecutor):
 @contextmanager
 def quiet_pool(processes: int) -> Iterator[QuietPool]:
     """A ``QuietPool`` shut down normally on the way out, or abandoned when Ctrl-C interrupts; a
-    Ctrl-C inside is remembered (``remembered_sigint``) for ``wait_first`` to raise."""
+    Ctrl-C inside is remembered (``remembered_sigint``) for ``wait_first`` to raise, or raised as
+    the block ends where Python dropped it after the last wait (it had been forgotten with the
+    block, and a replay went on to its report as if never interrupted: review62)."""
     with QuietPool(processes) as pool, remembered_sigint():  # after ``abandon``, exit has nothing to wait for
         try:
             yield pool
+            raise_if_interrupted()
         except KeyboardInterrupt:
             pool.abandon()
             raise

@@ -15,7 +15,7 @@ from concurrent.futures.process import _ExecutorManagerThread
 
 import pytest
 
-from service.interrupts import QuietPool, children_ignore_sigint, remembered_sigint, wait_first
+from service.interrupts import QuietPool, children_ignore_sigint, quiet_pool, remembered_sigint, wait_first
 from tests.service.interrupt import handlers_kept
 
 LOADED_HOST_DELAY_S = 0.3  # how late the manager thread tidies up when the host's cores are busy
@@ -84,6 +84,15 @@ def _ctrl_c_on_collection(_ref: object) -> None:
     signal.raise_signal(signal.SIGINT)  # its handler runs here: the KeyboardInterrupt is dropped
 
 
+def _ctrl_c_dropped() -> None:
+    """A Ctrl-C whose KeyboardInterrupt Python drops: raised in a weakref callback, it is printed as
+    "Exception ignored" and goes no further."""
+    target = Future[None]()
+    ref = weakref.ref(target, _ctrl_c_on_collection)
+    del target  # the callback runs, and its KeyboardInterrupt does not get out
+    assert ref() is None
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_ctrl_c_python_dropped_in_a_weakref_callback_is_raised_by_the_next_wait() -> None:
     """Raised inside a weakref callback (an import's module-lock one, in the replay that ran on),
@@ -91,12 +100,17 @@ def test_a_ctrl_c_python_dropped_in_a_weakref_callback_is_raised_by_the_next_wai
     done: Future[None] = Future()
     done.set_result(None)
     with remembered_sigint():
-        target = Future[None]()
-        ref = weakref.ref(target, _ctrl_c_on_collection)
-        del target  # the callback runs, and its KeyboardInterrupt does not get out
-        assert ref() is None
+        _ctrl_c_dropped()
         with pytest.raises(KeyboardInterrupt):
             wait_first([done], block=True)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_dropped_after_the_pools_last_wait_is_raised_as_its_block_ends() -> None:
+    """No wait comes after the last job is collected: a Ctrl-C dropped then was forgotten with the
+    block, and the replay went on to print its report as if never interrupted (review62)."""
+    with pytest.raises(KeyboardInterrupt), quiet_pool(1):
+        _ctrl_c_dropped()
 
 
 def _ctrl_c_to_this_thread(after_s: float) -> None:
