@@ -7,6 +7,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
+from scheduler.benchgen import bench_request
 from service.commands import bench_solver
 
 
@@ -104,8 +105,6 @@ def test_bench_solver_plans_the_issues_sizes_on_a_half_h100_half_ascend_pool_wit
     910B) and the wall-time targets the budgets must stay within (250 ms at 4,096 x 32, 1 s at
     32,768 x 256); the tests above run 1,024 x 16 only, so a size dropped or a pool changed went
     unnoticed until docs/benchmarks.md's table was rewritten."""
-    from scheduler.benchgen import bench_request
-
     assert bench_solver.SIZES == ((1_024, 16), (4_096, 32), (16_384, 128), (32_768, 256))
     assert bench_solver.BUDGET_S[4_096] <= 0.25
     assert bench_solver.BUDGET_S[32_768] <= 1.0

@@ -18,8 +18,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from predictors.synthetic import synthetic_trace
 from predictors.traceio import read_trace
 from predictors.tracetable import Trace
+from predictors.tracewrite import write_trace
 from service.bench import report as benchreport
 from service.replay.harness import ORACLE, ReplayConfig
 from service.workerspec import parse_workers
@@ -91,8 +93,6 @@ def test_the_headline_trace_is_the_one_its_quoted_trace_synth_command_writes(
 def test_the_speed_run_replays_every_step_of_4096_trajectories_with_every_policy(
     calls: list[tuple[Trace, ReplayConfig]],
 ) -> None:
-    from predictors.synthetic import synthetic_trace
-
     trace = synthetic_trace("long-cot", prompts=256, samples=16, steps=6, seed=1)
     with pytest.raises(AskedError):
         benchreport._timing(trace, parse_workers("8xH100,8xAscend910B", "7b"), EVERY_POLICY)
@@ -105,9 +105,6 @@ def test_the_speed_run_replays_every_step_of_4096_trajectories_with_every_policy
 def test_the_real_trace_is_replayed_at_step_1_on_4xh100_both_ways(
     calls: list[tuple[Trace, ReplayConfig]], tmp_path: Path
 ) -> None:
-    from predictors.synthetic import synthetic_trace
-    from predictors.tracewrite import write_trace
-
     assert "4xH100" in benchreport.REAL_POOLS
     assert _option(benchreport.REAL_REPLAY, "--steps") == "1"
     path = tmp_path / "two_steps.csv"  # stands in for math100_x8 (steps 0 and 1), which may be absent
