@@ -123,7 +123,7 @@ def _stop(startup: Startup, timeout_s: float) -> None:
     cut += settle_given_ups(timeout_s, left_s=max(0.0, until - time.perf_counter()))
     cut += settle_after_publish(timeout_s, left_s=max(0.0, until - time.perf_counter()))
     startup.stop(max(0.0, until - time.perf_counter()), in_use=cut > 0)
-    step_keeper.KEEPER.settle(max(0.0, until - time.perf_counter()))  # idle: its thread ends now
+    step_keeper.KEEPER.settle(max(0.0, until - time.perf_counter()))  # idle: ends now; else at last let_go
 
 
 class RequestMetricsMiddleware:
