@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, cast
@@ -55,10 +56,17 @@ def children_ignore_sigint() -> Iterator[None]:
     up to ~90 ms each on the loaded 2-core host and 0.6-0.75% of a replay's run, and the replay ran
     on as if never interrupted (replay61). Only the main thread may set handlers; elsewhere it does
     nothing.
+
+    multiprocessing's resource tracker is started first, outside the block: the first process a
+    spawn context starts also starts the tracker, and that start ends by unblocking SIGINT (CPython
+    blocks it around the tracker's spawn, then unblocks rather than restoring the mask), so the
+    worker it was started for began life hearing Ctrl-C. ``QuietPool`` and ``bench`` built a queue
+    before their block, which starts it, and were spared; the block itself was not (mutants62).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    resource_tracker.ensure_running()
     heard: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: heard.append(signum))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
