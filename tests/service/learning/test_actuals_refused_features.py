@@ -88,3 +88,14 @@ def test_a_replica_holds_and_a_retrain_fits_none_of_them_and_a_sync_says_new_one
 )
 def test_the_read_leaves_out_exactly_the_names_the_api_refuses(name: str) -> None:
     assert refused(name) == (refusal(name, "report") is not None) == (refusal(name, "item") is not None)
+
+
+def test_a_read_of_reports_without_such_features_says_nothing(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = ActualsLog(redis_client, maxlen=10**6)
+    log.append([ActualReport.model_validate(actual_report(0, p, 0)) for p in range(3)])
+    with caplog.at_level(logging.WARNING, logger="service.actuals"):
+        read = log.rows_after(actuals.START)
+    assert len(read.rows) == 3
+    assert _said(caplog) == []
