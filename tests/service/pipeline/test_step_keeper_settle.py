@@ -6,6 +6,7 @@ hold's first tick is 15 s after it."""
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import cast
 
@@ -14,6 +15,8 @@ from service.pipeline.step_keeper import InFlight, StepKeeper
 
 CTX = cast(Context, SimpleNamespace())  # never read: no tick comes within the test
 FIRST, SECOND = InFlight("s", "first"), InFlight("s", "second")
+IDLE_S = 0.5  # after a let go: far less than a tick (15 s)
+SETTLE_S = 5.0  # what a stop may give the keeper
 
 
 def _thread(keeper: StepKeeper, kept: InFlight) -> threading.Thread:
@@ -62,3 +65,22 @@ def test_letting_go_of_all_ends_a_settled_thread_and_says_how_many(keeper: StepK
     thread.join(5.0)
     assert not thread.is_alive()  # woken as the last let_go wakes it
     assert keeper.let_go_all() == 0
+
+
+def test_a_keeper_not_settled_keeps_its_thread_past_the_last_let_go(keeper: StepKeeper) -> None:
+    """A serving replica's keeper ticks on after its last request lets go (until a tick finds it
+    idle), so the next request's hold finds a thread running rather than starting one: only a
+    ``settle`` (the app's stop) ends it at the let go."""
+    thread = _thread(keeper, FIRST)
+    keeper.let_go(FIRST)
+    thread.join(IDLE_S)
+    assert thread.is_alive()
+
+
+def test_a_settle_while_a_request_still_keeps_returns_at_once(keeper: StepKeeper) -> None:
+    """Where a request outlived the stop, the thread ends at its let go: the app's stop does not
+    wait for it, and goes on to close what it closes with the time it has left."""
+    _thread(keeper, FIRST)
+    started = time.monotonic()
+    assert not keeper.settle(SETTLE_S)
+    assert time.monotonic() - started < SETTLE_S / 2
