@@ -17,7 +17,7 @@ import numpy as np
 from predictors.fallbacks import GlobalPrior
 from predictors.history import History
 from predictors.predictor import LengthPredictor
-from predictors.priorcounts import CACHE_CELLS, COUNTED_MAX, KEPT_CELLS
+from predictors.priorcounts import CACHE_CELLS, COUNTED_MAX, KEPT_CELLS, PriorCounts
 from predictors.queries import Query
 from predictors.tracetable import Trace
 
@@ -120,3 +120,24 @@ def test_an_uncapped_history_of_wide_lengths_keeps_counts_the_newest_step_s_and_
     fresh = LengthPredictor(History(history.trace)).predict(ASKED, 16)
     assert late.p50.tobytes() == fresh.p50.tobytes()
     assert late.p90.tobytes() == fresh.p90.tobytes()
+
+
+def _table(cells: int, rows: int) -> PriorCounts:
+    """Counts of ``rows`` rows whose table (a prompt length column and one bin's output lengths) has
+    ``cells`` cells in all, half of them the prompt lengths'."""
+    prompts = cells // 2
+    return PriorCounts(
+        np.zeros(prompts, dtype=np.int64),
+        np.empty(0),
+        np.zeros((1, cells - prompts), dtype=np.int64),
+        rows,
+        np.dtype(np.int64),
+    )
+
+
+def test_a_table_is_kept_up_to_kept_cells_whatever_its_rows_and_past_them_up_to_its_rows() -> None:
+    """The rule, cell by cell: both the prompt lengths' and the bins' cells count."""
+    assert _table(KEPT_CELLS, rows=1).worth_keeping
+    assert not _table(KEPT_CELLS + 1, rows=1).worth_keeping
+    assert _table(3 * KEPT_CELLS, rows=3 * KEPT_CELLS).worth_keeping
+    assert not _table(3 * KEPT_CELLS, rows=3 * KEPT_CELLS - 1).worth_keeping
