@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
 
 from scheduler.types import Trajectory
+from service import interrupts
 from service.replay.pool import Job, pack, play_pipelined, unpack
 
 WAIT_S = 5.0  # far longer than a step's jobs take to be handed over
+RUN_S = 1.0  # a run the parent waits for once every step is prepared
 
 
 def _wait_for(event: threading.Event) -> bool:
@@ -70,3 +76,49 @@ def test_a_shipped_batch_is_built_as_it_was_and_once_per_process() -> None:
     assert [list(t.quantiles) for t in built] == [list(t.quantiles) for t in batch]  # levels in order
     assert unpack(shipped) is built
     assert unpack(pack(batch[:1], 8, "test-replay")) == batch[:1]  # another number, another batch
+
+
+def _ran(started: threading.Event) -> bool:
+    started.set()
+    return True
+
+
+def test_a_run_done_by_a_steps_end_is_reported_and_its_slot_refilled_while_the_next_step_is_prepared() -> (
+    None
+):
+    """One slot, two runs of step 0: once the first is done, the step's end hands the second out, so it
+    plays while the parent fits the step after (none idles while the parent fits), and the first is
+    reported then, not once every step is prepared (the progress bar moves as runs end)."""
+    first, second = threading.Event(), threading.Event()
+    reported: list[tuple[int, str]] = []
+    seen: dict[str, object] = {}
+
+    def steps() -> Iterator[Sequence[Job]]:
+        yield [Job((0, "a"), (0,), _ran, (first,)), Job((0, "b"), (1,), _ran, (second,))]
+        first.wait(WAIT_S)
+        yield []  # step 1: its fit is over, nothing of its own to play
+        seen["second started during step 2's fit"] = second.wait(WAIT_S)
+        seen["reported by then"] = list(reported)
+        yield []
+
+    with ThreadPoolExecutor(1) as pool:
+        results = play_pipelined(pool, steps(), slots=1, done=lambda j: reported.append(j.key))
+    assert results == {(0, "a"): True, (0, "b"): True}
+    assert seen == {"second started during step 2's fit": True, "reported by then": [(0, "a")]}
+
+
+def test_waiting_for_the_runs_polls_at_intervals_not_in_a_busy_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every step is prepared the parent waits for the runs left: in slices (a Ctrl-C is
+    raised between them, ``service.interrupts.wait_first``), not a spin that would take a core from
+    the workers on a 2-core host."""
+    waits: list[float | None] = []
+    wait = interrupts.wait
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        waits.append(kwargs.get("timeout"))
+        return wait(*args, **kwargs)
+
+    monkeypatch.setattr(interrupts, "wait", counted)
+    with ThreadPoolExecutor(1) as pool:
+        play_pipelined(pool, [[Job((0, "a"), (0,), time.sleep, (RUN_S,))]], slots=1, done=lambda _job: None)
+    assert len(waits) <= 2 + RUN_S / interrupts.POLL_S * 2, waits[:10]
