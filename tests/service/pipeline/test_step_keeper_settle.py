@@ -1,7 +1,8 @@
 """An app's stop ends the step keeper's thread (``StepKeeper.settle``) at once where it keeps nothing,
 and as the last request that outlived the stop lets go otherwise, not at its next tick (15 s): its
-thread had outlived every app a test process stopped (threads61). No tick runs in these tests: a
-hold's first tick is 15 s after it."""
+thread had outlived every app a test process stopped (threads61). No tick runs in these tests (a
+hold's first tick is 15 s after it) but one woken early, and that one only counted. A keeper not
+settled ticks on after its last let go, and a wake that finds a request kept ticks once (mutants62)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import threading
 import time
 from types import SimpleNamespace
 from typing import cast
+
+import pytest
 
 from service.context import Context
 from service.pipeline.step_keeper import InFlight, StepKeeper
@@ -84,3 +87,18 @@ def test_a_settle_while_a_request_still_keeps_returns_at_once(keeper: StepKeeper
     started = time.monotonic()
     assert not keeper.settle(SETTLE_S)
     assert time.monotonic() - started < SETTLE_S / 2
+
+
+def test_a_wake_that_finds_a_request_kept_ticks_once_then_waits_its_tick(
+    keeper: StepKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold can land between a settle's wake and the thread's look (another app's request, in a
+    process that runs several): the thread finds something kept, ticks, and waits for its next tick
+    as before, rather than finding the wake still set and ticking on in a loop."""
+    ticks: list[float] = []
+    monkeypatch.setattr(keeper, "tick", lambda: ticks.append(time.monotonic()))
+    thread = _thread(keeper, FIRST)
+    keeper._wake.set()  # the settle's wake, as the hold that came after it found the thread alive
+    thread.join(IDLE_S)
+    assert thread.is_alive()
+    assert len(ticks) == 1
