@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import pytest
@@ -112,7 +112,6 @@ def test_waiting_for_the_runs_polls_at_intervals_not_in_a_busy_loop(monkeypatch:
     raised between them, ``service.interrupts.wait_first``), not a spin that would take a core from
     the workers on a 2-core host."""
     waits: list[float | None] = []
-    wait = interrupts.wait
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         waits.append(kwargs.get("timeout"))
