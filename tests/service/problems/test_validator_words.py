@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ValidationError, field_validator
 
 from scheduler.trace import NO_LENGTH
-from service.problems.details import validation_details
+from service.problems.details import own_words, validation_details
 from tests.service.api_helpers import actual_report, batch_body
 
 PREFIXES = ("Value error", "Assertion failed")
@@ -108,3 +108,10 @@ def test_either_label_pydantic_puts_before_a_validator_s_words_is_left_out(
     assert labelled.startswith(PREFIXES), labelled  # pydantic's own message still carries the label
     detail, extra = validation_details([{**e, "loc": ("body", *e["loc"])} for e in refused.value.errors()])
     assert (detail, extra["field"], extra["errors"][0]["message"]) == (f"{field}: {words}", field, words)
+
+
+@pytest.mark.parametrize("words", ["a count, not 'Value error, 3'", "no 'Assertion failed, ' here"])
+def test_only_a_label_that_leads_the_message_is_pydantic_s(words: str) -> None:
+    """A message of the project's own that quotes the label, past its start, is left whole."""
+    assert own_words(words) == words
+    assert own_words(f"Value error, {words}") == words
