@@ -11,7 +11,9 @@ called directly: each of these could change unseen (mutants62).
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import threading
 import time
 import weakref
@@ -135,6 +137,18 @@ def test_a_ctrl_c_another_thread_took_during_a_spawn_is_raised_once_the_spawn_is
 
 
 def _a_process_ctrl_c_during_a_spawn() -> None:
-    with children_ignore_sigint():
-        os.kill(os.getpid(), signal.SIGINT)  # the process's, not this thread's: the other takes it
-        time.sleep(SPAWN_S)
+    """A Ctrl-C to the process inside the block, which returns once a thread took it (the wakeup fd
+    is written by the C-level handler, in that thread): the main thread's handler runs next, still
+    in the block, however late a loaded host schedules the other thread."""
+    taken, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
+    before = signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
+    try:
+        with children_ignore_sigint():
+            os.kill(os.getpid(), signal.SIGINT)  # the process's, not this thread's: the other takes it
+            assert select.select([taken], [], [], WAIT_S)[0], "no thread took the Ctrl-C"
+            time.sleep(SPAWN_S)
+    finally:
+        signal.set_wakeup_fd(before)
+        taken.close()
+        wakeup.close()
