@@ -156,6 +156,16 @@ def keeper() -> Iterator[StepKeeper]:
     own.settle(5.0)
 
 
+@pytest.fixture
+def driven_keeper() -> StepKeeper:
+    """A step keeper with no thread: the test's own ``tick`` calls are its only ticks. The tests that
+    count what one tick sends, or what it left, had the ``keeper`` fixture's, whose thread ticks a
+    quarter margin (15 s) after the first ``hold``: on a loaded host the test's cluster set-up, stall
+    and heal between its holds and its ``let_go`` outlasted that, and the thread's tick was counted
+    with the test's (``test_keeper_master_stalled``: 5 keeps sent to the stalled master for 1, flaky62)."""
+    return StepKeeper(ticks_itself=False)
+
+
 @pytest.fixture(scope="session")
 def cli() -> typer.Typer:
     """The root app with every command group attached (what the console script runs), for CliRunner."""

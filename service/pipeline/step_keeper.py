@@ -80,7 +80,11 @@ class StepKeeper:
     """What is kept (an entry or a mark -> its context and deadline), and the thread that extends it
     while anything is."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ticks_itself: bool = True) -> None:
+        """``ticks_itself`` False: no thread, only its owner's ``tick`` calls extend (a test that counts
+        what one tick sends: the thread's own tick, a quarter margin after the first ``hold``, came
+        in the middle of a loaded host's test and was counted with it, flaky62)."""
+        self._ticks_itself = ticks_itself
         self._lock = threading.Lock()
         self._held: dict[Kept, _Held] = {}
         self._thread: threading.Thread | None = None
@@ -88,13 +92,16 @@ class StepKeeper:
         self._settling = False  # ``settle`` asked while something was kept: the last ``let_go`` wakes it
 
     def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
-        """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread
-        starts if none runs: also where the last one ended on a ``BaseException`` (a ``SystemExit``
-        raised in it), which ``_run`` does not catch, and which left ``_thread`` set, so no later hold
-        started another and every mark and entry lapsed under its live request (review48b)."""
+        """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread (of
+        a keeper that ``ticks_itself``) starts if none runs: also where the last one ended on a
+        ``BaseException`` (a ``SystemExit`` raised in it), which ``_run`` does not catch, and which left
+        ``_thread`` set, so no later hold started another and every mark and entry lapsed under its
+        live request (review48b)."""
         now = time.monotonic()
         with self._lock:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
+            if not self._ticks_itself:
+                return
             if self._thread is None or not self._thread.is_alive():  # one a BaseException ended too
                 self._wake.clear()
                 self._settling = False

@@ -99,17 +99,17 @@ def _held(delivery: Delivery, keeper: StepKeeper, kept: list[Kept], writer: Deli
 
 def test_the_service_user_keeps_entries_and_marks_on_every_masters_own_client(
     cluster: tuple[LocalCluster, list[redis.Redis]],
-    keeper: StepKeeper,
+    driven_keeper: StepKeeper,
 ) -> None:
     local, admins = cluster
     delivery = _as(local, SERVICE.default_user, PASSWORDS[SERVICE.password_env])
     client = delivery.client
     assert isinstance(client, RedisCluster)
     entries, marks = _on_each_master(client, per_master=2)
-    _held(delivery, keeper, [*entries, *marks])
-    keeper.tick()
+    _held(delivery, driven_keeper, [*entries, *marks])
+    driven_keeper.tick()
     for each in [*entries, *marks]:
-        keeper.let_go(each)
+        driven_keeper.let_go(each)
     masters: list[ClusterNode] = client.get_primaries()  # type: ignore[no-untyped-call]
     unserved = [unserved_slots(client, node) for node in masters]
     owner = client.nodes_manager.get_node_from_slot(0)
@@ -152,7 +152,9 @@ def test_the_sidecar_user_claims_on_every_masters_own_client_and_asks_each_node(
 
 
 def test_a_user_without_the_keeps_command_is_told_so_as_an_error_at_every_tick(
-    cluster: tuple[LocalCluster, list[redis.Redis]], caplog: pytest.LogCaptureFixture, keeper: StepKeeper
+    cluster: tuple[LocalCluster, list[redis.Redis]],
+    caplog: pytest.LogCaptureFixture,
+    driven_keeper: StepKeeper,
 ) -> None:
     """The entries written by the service user (its requests), the keeper's client logged in as a
     user whose grants lack EVAL (an ACL applied again from an older definition, while requests ran).
@@ -164,13 +166,13 @@ def test_a_user_without_the_keeps_command_is_told_so_as_an_error_at_every_tick(
     client = delivery.client
     assert isinstance(client, RedisCluster)
     entries, _ = _on_each_master(client, per_master=2)
-    _held(delivery, keeper, entries, writer)
+    _held(delivery, driven_keeper, entries, writer)
     with caplog.at_level(logging.WARNING, logger="service.pipeline"):
-        keeper.tick()
-        keeper.tick()
-    still_held = keeper.held()
+        driven_keeper.tick()
+        driven_keeper.tick()
+    still_held = driven_keeper.held()
     for each in entries:
-        keeper.let_go(each)
+        driven_keeper.let_go(each)
     told = f"6 steps' planning entries not extended: NoPermissionError: User {NO_KEEP} has no permissions"
     try:
         assert [

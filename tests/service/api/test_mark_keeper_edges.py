@@ -31,7 +31,7 @@ def _held(keeper: StepKeeper, ctx: Any, schedule_id: str) -> None:
 
 
 def test_a_mark_redis_fails_to_keep_leaves_the_marks_after_it_kept(
-    client: Any, redis_client: redis.Redis, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, driven_keeper: StepKeeper
 ) -> None:
     """The first mark's keep fails (its key of the wrong type: a master down or failing over on a
     cluster fails it the same way, at every tick): the mark after it is still pushed on, where the
@@ -39,20 +39,20 @@ def test_a_mark_redis_fails_to_keep_leaves_the_marks_after_it_kept(
     stays held, tried again at the next tick."""
     ctx = client.app.state.context
     try:
-        keeper.hold(ctx, step_keeper.InFlight("broken", "r"), 20.0)
+        driven_keeper.hold(ctx, step_keeper.InFlight("broken", "r"), 20.0)
         redis_client.set(keyspace.schedule_keys("broken").planning, "not a hash")
-        _held(keeper, ctx, "fine")
+        _held(driven_keeper, ctx, "fine")
         first = _deadline_ms(redis_client, "fine")
-        keeper.tick()
+        driven_keeper.tick()
         assert _deadline_ms(redis_client, "fine") > first + 30_000
-        assert keeper.held() == 2
+        assert driven_keeper.held() == 2
     finally:
         for schedule_id in ("broken", "fine"):
-            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+            driven_keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
 
 
 def test_a_context_whose_keep_raises_leaves_another_context_s_marks_kept(
-    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
+    make_client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, driven_keeper: StepKeeper
 ) -> None:
     """One app's keep raises something other than Redis's failure (redis-py's parser on a pool that
     app's stop closed, a bug): another app's mark in the same process is still pushed on."""
@@ -62,15 +62,15 @@ def test_a_context_whose_keep_raises_leaves_another_context_s_marks_kept(
         raise AttributeError("'NoneType' object has no attribute 'read_response'")
 
     try:
-        _held(keeper, stopped, "stopped")
+        _held(driven_keeper, stopped, "stopped")
         monkeypatch.setattr(stopped.delivery, "keep_mark", broken)
-        _held(keeper, live, "live")
+        _held(driven_keeper, live, "live")
         first = _deadline_ms(redis_client, "live")
-        keeper.tick()
+        driven_keeper.tick()
         assert _deadline_ms(redis_client, "live") > first + 30_000
     finally:
         for schedule_id in ("stopped", "live"):
-            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+            driven_keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
@@ -124,7 +124,7 @@ def _keeps_sent(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, driven_keeper: StepKeeper
 ) -> None:
     """A mark with more than half of the margin left (40 s of 60) is not sent at a tick; one within
     it is, once: pushed a whole margin on, it is not due at the next tick (no traffic per tick)."""
@@ -133,19 +133,19 @@ def test_a_tick_writes_only_what_is_due_and_what_it_pushed_is_not_due_again(
     try:
         ctx.delivery.mark_planning("far", "r", 1_000)
         ctx.delivery.extend_planning("far", "r", 40_000)
-        keeper.hold(ctx, step_keeper.InFlight("far", "r"), 40.0)
-        _held(keeper, ctx, "due")
+        driven_keeper.hold(ctx, step_keeper.InFlight("far", "r"), 40.0)
+        _held(driven_keeper, ctx, "due")
         far = _deadline_ms(redis_client, "far")
-        keeper.tick()
-        keeper.tick()
+        driven_keeper.tick()
+        driven_keeper.tick()
         assert (sent, _deadline_ms(redis_client, "far")) == (["due"], far)
     finally:
         for schedule_id in ("far", "due"):
-            keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
+            driven_keeper.let_go(step_keeper.InFlight(schedule_id, "r"))
 
 
 def test_entries_redis_fails_to_keep_leave_the_marks_of_their_context_kept(
-    client: Any, redis_client: redis.Redis, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, driven_keeper: StepKeeper
 ) -> None:
     """The step's planning entries cannot be kept (their key of the wrong type): that failure is the
     entries' alone, and the same context's due mark is still pushed on at the tick."""
@@ -153,19 +153,19 @@ def test_entries_redis_fails_to_keep_leave_the_marks_of_their_context_kept(
     entry = step_keeper.Entry(7, "broken")
     try:
         redis_client.set(keyspace.step_planning(7), "not a zset")
-        keeper.hold(ctx, entry, 20.0)
-        _held(keeper, ctx, "fine")
+        driven_keeper.hold(ctx, entry, 20.0)
+        _held(driven_keeper, ctx, "fine")
         first = _deadline_ms(redis_client, "fine")
-        keeper.tick()
+        driven_keeper.tick()
         assert _deadline_ms(redis_client, "fine") > first + 30_000
     finally:
-        keeper.let_go(entry)
-        keeper.let_go(step_keeper.InFlight("fine", "r"))
+        driven_keeper.let_go(entry)
+        driven_keeper.let_go(step_keeper.InFlight("fine", "r"))
         redis_client.delete(keyspace.step_planning(7))
 
 
 def test_a_mark_redis_failed_to_keep_beside_entries_kept_is_tried_again_at_the_next_tick(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, driven_keeper: StepKeeper
 ) -> None:
     """The context's entries were kept and its one mark's keep failed: the mark is not taken for
     pushed on with them, so the next tick sends it again."""
@@ -174,12 +174,12 @@ def test_a_mark_redis_failed_to_keep_beside_entries_kept_is_tried_again_at_the_n
     entry, mark = step_keeper.Entry(2, "held"), step_keeper.InFlight("broken", "r")
     try:
         ctx.delivery.enter_planning(2, "held", 1_000)
-        keeper.hold(ctx, entry, 1.0)
-        keeper.hold(ctx, mark, 20.0)
+        driven_keeper.hold(ctx, entry, 1.0)
+        driven_keeper.hold(ctx, mark, 20.0)
         redis_client.set(keyspace.schedule_keys("broken").planning, "not a hash")
-        keeper.tick()
-        keeper.tick()
+        driven_keeper.tick()
+        driven_keeper.tick()
         assert sent == ["broken", "broken"]
     finally:
-        keeper.let_go(entry)
-        keeper.let_go(mark)
+        driven_keeper.let_go(entry)
+        driven_keeper.let_go(mark)

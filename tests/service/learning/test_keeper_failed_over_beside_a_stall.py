@@ -42,7 +42,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_moved(
     cluster: LocalCluster,
-    keeper: StepKeeper,
+    driven_keeper: StepKeeper,
 ) -> None:
     delivery = Delivery(
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
@@ -65,12 +65,12 @@ def test_a_keeper_tick_asks_past_a_silent_master_whether_a_stalled_ones_slots_mo
         try:
             ctx = cast(Context, SimpleNamespace(delivery=delivery))
             for step in steps:
-                keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
+                driven_keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
             before = _asked(new)
-            keeper.tick()
+            driven_keeper.tick()
             asked = _asked(new) - before  # the ask that tells the move, and the map's read
             for step in steps:
-                keeper.let_go(Entry(step, "r"))
+                driven_keeper.let_go(Entry(step, "r"))
         finally:
             stalled[silent].signal(signal.SIGCONT)
         seconds, micros = fresh.client.time()

@@ -45,7 +45,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(
-    cluster: LocalCluster, keeper: StepKeeper
+    cluster: LocalCluster, driven_keeper: StepKeeper
 ) -> None:
     delivery = Delivery(
         connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
@@ -68,10 +68,10 @@ def test_a_keeper_tick_keeps_the_entries_of_a_stalled_master_failed_over(
             fresh.enter_planning(step, "r", SHORT_MS)
         ctx = cast(Context, SimpleNamespace(delivery=delivery))
         for step in steps:
-            keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
-        keeper.tick()
+            driven_keeper.hold(ctx, Entry(step, "r"), life_s=0.0)
+        driven_keeper.tick()
         for step in steps:
-            keeper.let_go(Entry(step, "r"))
+            driven_keeper.let_go(Entry(step, "r"))
         seconds, micros = fresh.client.time()
         now_ms = seconds * 1000 + micros // 1000
         left = [float(fresh.client.zscore(keys.step_planning(s), "r") or 0) - now_ms for s in steps]

@@ -98,28 +98,30 @@ def _tick_while_dropped(
 
 
 def test_a_keeper_tick_asks_one_pipeline_of_an_unserved_range_and_no_mark(
-    cluster: LocalCluster, keeper: StepKeeper
+    cluster: LocalCluster, driven_keeper: StepKeeper
 ) -> None:
     """Three entries and three marks of the range: its master's pipeline says the slots are not
     served, the node is asked which others are, and no entry nor mark of the range is sent again.
     Before: the pipeline, each of its steps again alone, and each mark (7 calls, 0.26 s each)."""
-    calls, served_left, asked = _tick_while_dropped(cluster, keeper, steps=3, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, driven_keeper, steps=3, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
     assert asked == 1  # once a tick, though each of the pipeline's three answers said so (mutants14's U7)
 
 
-def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(cluster: LocalCluster, keeper: StepKeeper) -> None:
+def test_a_keeper_tick_asks_one_mark_of_an_unserved_range(
+    cluster: LocalCluster, driven_keeper: StepKeeper
+) -> None:
     """Three marks of the range and no entry: the first mark's call fails (the client's own error,
     the node's refusal under it), the node is asked, the other two are not sent. Before: 3 calls."""
-    calls, served_left, asked = _tick_while_dropped(cluster, keeper, steps=0, marks=3)
+    calls, served_left, asked = _tick_while_dropped(cluster, driven_keeper, steps=0, marks=3)
     assert calls == 1
     assert served_left > SHORT_MS
     assert asked == 1
 
 
 def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, driven_keeper: StepKeeper
 ) -> None:
     """The node asked which slots are unserved answers from its own view, which can lag (it has not
     heard yet that another master serves a slot again): the other masters' keys are still sent, and
@@ -134,39 +136,41 @@ def test_a_keeper_tick_keeps_the_keys_the_asked_node_wrongly_thinks_unserved(
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
     steps = _steps(DROPPED, 3) + [step for share in LIVE for step in _steps(share, 1)]
     marks = _schedules(DROPPED, 3) + [sid for share in LIVE for sid in _schedules(share, 1)]
-    held = held_short(delivery, keeper, steps, marks)  # one context: one tick's pass over them all
+    held = held_short(delivery, driven_keeper, steps, marks)  # one context: one tick's pass over them all
     served = [held[3], held[4], held[8], held[9]]
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     unserve_range(cluster, DROPPED)
     try:
-        keeper.tick()
+        driven_keeper.tick()
     finally:
         serve_ranges(cluster, {DROPPED: owner})
         for each in held:
-            keeper.let_go(each)
+            driven_keeper.let_go(each)
     assert min(left_ms(delivery.client, each) for each in served) > SHORT_MS
 
 
-def test_a_range_served_again_is_kept_at_the_next_tick(cluster: LocalCluster, keeper: StepKeeper) -> None:
+def test_a_range_served_again_is_kept_at_the_next_tick(
+    cluster: LocalCluster, driven_keeper: StepKeeper
+) -> None:
     """What a tick learned unserved is forgotten with the tick: once the range is served again, the
     next tick keeps its entries and marks, none failed on the last tick's word."""
     cluster.flushall()
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))
-    held = held_short(delivery, keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
+    held = held_short(delivery, driven_keeper, _steps(DROPPED, 3), _schedules(DROPPED, 3))
     with redis.Redis(port=cluster.nodes[0].port) as admin:
         owner = next(int(m[1]) for lo, hi, m, *_ in admin.cluster("SLOTS") if lo <= DROPPED.start <= hi)
     unserve_range(cluster, DROPPED)
     try:
-        keeper.tick()  # none kept: the range unserved
+        driven_keeper.tick()  # none kept: the range unserved
     finally:
         serve_ranges(cluster, {DROPPED: owner})
     try:
-        keeper.tick()  # still due: kept now
+        driven_keeper.tick()  # still due: kept now
         assert min(left_ms(delivery.client, each) for each in held) > SHORT_MS
     finally:
         for each in held:
-            keeper.let_go(each)
+            driven_keeper.let_go(each)
 
 
 def test_steps_whose_slot_the_clients_map_has_no_master_for_are_each_asked_alone(

@@ -65,7 +65,7 @@ def _score(redis_client: redis.Redis, member: str) -> float | None:
 
 
 def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
-    client: Any, redis_client: redis.Redis, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, driven_keeper: StepKeeper
 ) -> None:
     """The keeper's tick moves an entry near its deadline to the margin past now, leaves one far from
     it as it is (a request that ends in its first life is never written again), and writes back no
@@ -75,19 +75,19 @@ def test_a_tick_pushes_a_held_entry_on_and_writes_back_none_taken_back(
     ctx.delivery.enter_planning(2, "long", 3_600_000)
     first, long = _score(redis_client, "held"), _score(redis_client, "long")
     for member, life_s in (("held", 1.0), ("long", 3600.0), ("taken back", 1.0)):
-        keeper.hold(ctx, Entry(2, member), life_s)
+        driven_keeper.hold(ctx, Entry(2, member), life_s)
     try:
-        keeper.tick()
+        driven_keeper.tick()
         assert _score(redis_client, "held") > first + 50_000  # type: ignore[operator]
         assert _score(redis_client, "long") == long
         assert _score(redis_client, "taken back") is None
     finally:
         for member in ("held", "long", "taken back"):
-            keeper.let_go(Entry(2, member))
+            driven_keeper.let_go(Entry(2, member))
 
 
 def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
-    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, keeper: StepKeeper
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, driven_keeper: StepKeeper
 ) -> None:
     """An entry whose take-back never came (a bug) is not pushed on for good: past ``LONGEST_S`` the
     keeper lets it go, with a warning, and it lapses at its deadline."""
@@ -95,7 +95,7 @@ def test_an_entry_held_past_the_longest_a_request_lives_is_let_go(
     monkeypatch.setattr(step_keeper, "LONGEST_S", -1.0)
     ctx.delivery.enter_planning(2, "leaked", 1_000)
     first = _score(redis_client, "leaked")
-    keeper.hold(ctx, Entry(2, "leaked"), 1.0)
-    keeper.tick()
-    assert keeper.held() == 0
+    driven_keeper.hold(ctx, Entry(2, "leaked"), 1.0)
+    driven_keeper.tick()
+    assert driven_keeper.held() == 0
     assert _score(redis_client, "leaked") == first

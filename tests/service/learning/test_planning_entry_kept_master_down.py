@@ -96,7 +96,7 @@ def test_a_step_redis_refuses_sent_step_by_step_leaves_the_steps_after_it_kept(
 
 def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
     one_master_down: tuple[LocalCluster, int],
-    keeper: StepKeeper,
+    driven_keeper: StepKeeper,
 ) -> None:
     cluster, dead = one_master_down
     delivery = Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True)))  # the service's
@@ -105,11 +105,11 @@ def test_the_keeper_extends_the_live_masters_entries_while_one_master_is_down(
     for step in steps.values():
         if step != steps[dead]:
             delivery.enter_planning(step, f"request {step}", SHORT_MS)
-        keeper.hold(ctx, Entry(step, f"request {step}"), life_s=0.0)  # due at the first tick
+        driven_keeper.hold(ctx, Entry(step, f"request {step}"), life_s=0.0)  # due at the first tick
     time.sleep(0.01)
-    keeper.tick()
+    driven_keeper.tick()
     for step in steps.values():
-        keeper.let_go(Entry(step, f"request {step}"))
+        driven_keeper.let_go(Entry(step, f"request {step}"))
     left = [
         _left_ms(delivery.client, step, f"request {step}") for port, step in steps.items() if port != dead
     ]
