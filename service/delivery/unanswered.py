@@ -31,7 +31,8 @@ master for the slot's, and reads the map again where it names another (``remap.p
 shared with the sidecar's walks since review52c; the ask, cluster53); where the key's slot now has
 another master, the caller sends it once more (``sent``). A master silent to that ask is passed over
 for the rest of the pass as one whose call failed (``met_master``). A read that no node answers is
-the whole cluster's outage, so the rest of the pass asks nothing (a cluster down costs a tick one read).
+the whole cluster's outage, so the rest of the pass asks nothing (a cluster down costs a tick one read):
+the pass's own, or the client's own on a retry, which then raises ``RedisClusterUnreachableError``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import TypeVar
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, RedisClusterUnreachableError
 
 from service.delivery.coverage import unserved_slots
 from service.delivery.errors import NODE_DOWN, cluster_down, not_served
@@ -87,8 +88,12 @@ class Unanswered:
         cluster down, the rest of the pass passes them over; where a node said its slot is not served,
         that node is asked which others are (once a pass), and those the client sends to it are passed
         over: a node's view of the others' slots can lag (one served again elsewhere, not heard of
-        yet), and taken for every slot, it let the other masters' keys lapse (review51b)."""
-        if cluster_down(error):
+        yet), and taken for every slot, it let the other masters' keys lapse (review51b). The client's
+        own read of the map reaching no node (``RedisClusterUnreachableError``, which its retry raises
+        in place of the master's ``ConnectionError``) is the cluster down, as the pass's own read is
+        (``remapped``): taken for its key's alone, every other key was asked and failed the same, where
+        the client's refresh was due, at every tick in production (flaky62)."""
+        if cluster_down(error) or isinstance(error, RedisClusterUnreachableError):
             self._every = error
         elif isinstance(error, NODE_DOWN) and (node := self.master(key)) is not None:
             self._nodes[node] = error
