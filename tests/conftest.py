@@ -23,7 +23,8 @@ from tests.threads_kept import owned_by_session, threads_ended
 
 # The real 3-master cluster's fixtures (``redis_cluster``, ``cluster_client``) live beside ``LocalCluster``
 # in tests/cluster.py, a plugin named here so tests/deploy and tests/service/api both find them.
-pytest_plugins = ("tests.cluster",)
+# tests/worker_end.py leaves an xdist worker whose session has finished deaf to execnet's SIGINT.
+pytest_plugins = ("tests.cluster", "tests.worker_end")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
