@@ -15,7 +15,14 @@ from concurrent.futures.process import _ExecutorManagerThread
 
 import pytest
 
-from service.interrupts import QuietPool, children_ignore_sigint, quiet_pool, remembered_sigint, wait_first
+from service.interrupts import (
+    QuietPool,
+    children_ignore_sigint,
+    quiet_pool,
+    raise_if_interrupted,
+    remembered_sigint,
+    wait_first,
+)
 from tests.fresh_interpreter import in_fresh_interpreter
 from tests.service.interrupt import handlers_kept
 
@@ -29,10 +36,23 @@ PROMPT_S = 2.0  # a Ctrl-C raised within this after it was sent counts as at onc
 @pytest.fixture(autouse=True)
 def python_sigint() -> Iterator[None]:
     """Python's own Ctrl-C handler, as in a terminal, whatever the test runner installed (an xdist
-    worker may ignore SIGINT), put back afterwards."""
+    worker may ignore SIGINT), put back afterwards, once the test is shown to leave no Ctrl-C behind
+    for the worker's next tests (``_nothing_left``)."""
     with handlers_kept([signal.SIGINT]):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         yield
+        _nothing_left()
+
+
+def _nothing_left() -> None:
+    """No Ctrl-C a test sent outlives it: SIGINT is not left blocked, one still pending is handled now
+    by the test's own handler (``pthread_sigmask`` runs pending handlers), and none is remembered
+    for a later wait to raise (sigint62)."""
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        raise_if_interrupted()
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C is still remembered after its block ended")
 
 
 def _managers() -> list[threading.Thread]:
@@ -123,6 +143,20 @@ def test_a_ctrl_c_python_dropped_after_the_pools_last_wait_is_raised_as_its_bloc
     block, and the replay went on to print its report as if never interrupted (review62)."""
     with pytest.raises(KeyboardInterrupt), quiet_pool(1):
         _ctrl_c_dropped()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_raised_in_its_block_is_forgotten_as_the_block_ends() -> None:
+    """Remembered in one pool's block and raised there, a Ctrl-C is not raised again by a wait after
+    it (a replay's next pool, or the next test in the worker), and SIGINT's handler is as found."""
+    found = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), quiet_pool(1):
+        _ctrl_c_dropped()
+    assert signal.getsignal(signal.SIGINT) is found
+    _nothing_left()  # fails the test where the wait below would interrupt the whole run
+    done: Future[None] = Future()
+    done.set_result(None)
+    assert wait_first([done], block=True) == {done}
 
 
 def _ctrl_c_to_this_thread(after_s: float) -> None:
