@@ -30,16 +30,20 @@ def _own_handler(signum: int, frame: object) -> None:
     del signum, frame
 
 
-def _stop_once_serving(found: object) -> threading.Thread:
-    """SIGTERM to this process once the run has put its own handler in (``found`` no longer is)."""
+def _stop_once_serving(found: object, ended: threading.Event) -> threading.Thread:
+    """SIGTERM to this process once the run has put its own handler in (``found`` no longer is), and
+    none once the run has ``ended`` without it: sent then, it would land in a later test of the
+    worker, whose SIGTERM may be the default that ends the process (sigint62)."""
 
     def stop() -> None:
         deadline = time.monotonic() + 60.0
         while (
             signal.getsignal(signal.SIGTERM) in (found, early_stop._stopped) and time.monotonic() < deadline
         ):
-            time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGTERM)
+            if ended.wait(0.01):
+                return
+        if not ended.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
 
     thread = threading.Thread(target=stop, daemon=True)
     thread.start()
@@ -50,9 +54,13 @@ def _pull_run(redis_url: str) -> None:
     options = SidecarOptions(
         worker_id="w", redis_url=redis_url, pull_api_port=free_port(), drain_timeout_s=0.1
     )
-    thread = _stop_once_serving(signal.getsignal(signal.SIGTERM))
-    launch.run_pull(options)
-    thread.join(timeout=10.0)
+    ended = threading.Event()
+    thread = _stop_once_serving(signal.getsignal(signal.SIGTERM), ended)
+    try:
+        launch.run_pull(options)
+    finally:
+        ended.set()
+        thread.join(timeout=10.0)
 
 
 def test_a_pull_run_in_a_caller_s_own_process_gives_its_handlers_back(redis_url: str) -> None:
