@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import redis
-from redis.exceptions import AskError, ClusterDownError, ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    RedisClusterException,
+    RedisClusterUnreachableError,
+    TryAgainError,
+)
 
 from scheduler.errors import InvalidInputError, SchedulerError
 
@@ -57,6 +64,16 @@ def cluster_down(error: BaseException) -> bool:
     """Whether ``error`` is, or was raised while handling, a node's "CLUSTERDOWN The cluster is down"
     (the cluster client raises its own "slots not covered" after it, the node's error its context)."""
     return any(CLUSTER_DOWN in str(refusal) for refusal in _refusals(error))
+
+
+def whole_cluster_down(error: BaseException) -> bool:
+    """Whether ``error`` says no key of the cluster is served now: a node's "The cluster is down"
+    (``cluster_down``), or the client's own read of the map reaching no node
+    (``RedisClusterUnreachableError``, which its retry raises in place of the master's
+    ``ConnectionError`` once a refresh since reached none: every call on a dead cluster whose
+    client's refresh was due). Taken for one key's or schedule's error, a pass (``unanswered.py``:
+    flaky62) or a walk (``reach.py``: reach62) asked every other one, each failing the same."""
+    return cluster_down(error) or isinstance(error, RedisClusterUnreachableError)
 
 
 def not_served(error: BaseException) -> bool:

@@ -44,10 +44,10 @@ from typing import TypeVar
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import RedisClusterException, RedisClusterUnreachableError
+from redis.exceptions import RedisClusterException
 
 from service.delivery.coverage import unserved_slots
-from service.delivery.errors import NODE_DOWN, cluster_down, not_served
+from service.delivery.errors import NODE_DOWN, not_served, whole_cluster_down
 from service.delivery.remap import Remap, resent
 
 T = TypeVar("T")
@@ -93,7 +93,7 @@ class Unanswered:
         in place of the master's ``ConnectionError``) is the cluster down, as the pass's own read is
         (``remapped``): taken for its key's alone, every other key was asked and failed the same, where
         the client's refresh was due, at every tick in production (flaky62)."""
-        if cluster_down(error) or isinstance(error, RedisClusterUnreachableError):
+        if whole_cluster_down(error):
             self._every = error
         elif isinstance(error, NODE_DOWN) and (node := self.master(key)) is not None:
             self._nodes[node] = error
