@@ -47,7 +47,11 @@ of its map is paced to once a second, so a heartbeat just after a failover sent 
 the old master on every try and left it for a beat (a third of its TTL). So the walk's call goes
 through ``sent``: the first failure of each master in the walk reads the map again (``remap.py``, the
 step keeper's remedy), and where the schedule's slot has a new master, it is asked once more, there.
-A read that no node answers is the cluster down, as a node's "The cluster is down" is.
+A read that no node answers is the cluster down, as a node's "The cluster is down" is: the walk's own
+read, or the client's own on its call's retry, which then raises ``RedisClusterUnreachableError`` in
+place of the master's ``ConnectionError`` (``errors.whole_cluster_down``). Taken for one slot's error, a
+walk on a dead cluster asked every schedule of the first master until a second master's failed, one
+failed call each (reach62).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from redis.exceptions import RedisClusterException
 from service.delivery import keys as keyspace
 from service.delivery.calls import RedisClient
 from service.delivery.coverage import unserved_slots
-from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, cluster_down, down_node, not_served
+from service.delivery.errors import NODE_DOWN, SLOT_NOT_SERVED, down_node, not_served, whole_cluster_down
 from service.delivery.remap import Remap, resent
 
 T = TypeVar("T")
@@ -162,13 +166,14 @@ class Reach:
         """Record ``error`` (one of ``catches``) for ``schedule_id`` and its slot, or its node when the
         node did not answer (the node that did not answer: another's, where the schedule's master
         answered and one of its indexes' did not, ``errors.IndexNodeDown``), or every schedule when a
-        node said the cluster is down; raise it when the
+        node said the cluster is down or the client's own read of the map reached no node
+        (``errors.whole_cluster_down``: reach62); raise it when the
         walk has reached nothing and that is the cluster down or ``TRIED_DOMAINS`` masters failed.
         A schedule that answered earlier in the walk (its settings read) and fails now is not reached:
         counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
         self.missing[schedule_id] = error
         self.answered.discard(schedule_id)
-        if cluster_down(error):
+        if whole_cluster_down(error):  # a node's "cluster is down", or the client's read reaching none
             self._down = error
             if not self.reached:
                 raise error

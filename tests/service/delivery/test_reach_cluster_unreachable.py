@@ -1,0 +1,94 @@
+"""A walk over schedules (a heartbeat, a claim's) on a real 3-master Redis Cluster whose every master's
+process is gone, where the client's own refresh of its map is due (as every beat in production, the
+last read a second or more before): that refresh reaches no node, and the client raises
+``RedisClusterUnreachableError`` in place of the master's ``ConnectionError``. That is the whole
+cluster down, as a node's "The cluster is down" is: the walk that has reached nothing raises it at its
+first schedule. Before, ``Reach.missed`` took it for its schedule's slot alone, so every other schedule
+of the first master was asked (each failing the same) until a second master's failed: five calls for
+one here (reach62; the step keeper's pass had the same gap, flaky62)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterUnreachableError
+
+from service.delivery.protocol import Delivery
+from service.delivery.reach import Reach
+from service.delivery.records import Lease
+from service.redis_conn import connect
+from service.settings import Settings
+from tests.cluster import LocalCluster, serve_the_rest
+from tests.scripts_sent import count_scripts
+from tests.service.failover import TIMEOUT_S
+from tests.service.sidecar.procs import item, publish
+
+pytestmark = pytest.mark.slow
+ON_FIRST = 4  # schedules on the first master, each its own slot, walked before another master's
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of the test's own: it kills every master."""
+    with LocalCluster() as local:
+        serve_the_rest(local)
+        yield local
+
+
+def _leases(delivery: Delivery) -> list[Lease]:
+    """One lease on each of ``ON_FIRST`` schedules of one master (distinct slots), then one of another."""
+    client = delivery.client
+    first: int | None = None
+    ids: list[str] = []
+    other: str | None = None
+    for n in range(10_000):
+        sid = f"u{n}"
+        port = client.get_node_from_key(delivery.keys(sid).meta).port  # type: ignore[union-attr]
+        first = port if first is None else first
+        if port == first and len(ids) < ON_FIRST:
+            ids.append(sid)
+        elif port != first and other is None:
+            other = sid
+        if len(ids) == ON_FIRST and other is not None:
+            break
+    leases: list[Lease] = []
+    for sid in [*ids, str(other)]:
+        publish(delivery, sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=30_000)
+        leases += delivery.claim(sid, "w", 1)
+    return leases
+
+
+@pytest.mark.parametrize("learns", [True, False], ids=["heartbeat", "claim"])
+def test_a_walk_on_a_cluster_wholly_down_raises_at_its_first_schedule(
+    cluster: LocalCluster, learns: bool
+) -> None:
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    leases = _leases(delivery)
+    client = delivery.client
+    client.nodes_manager._topology_refresh_min_interval = 0.0  # type: ignore[union-attr]
+    for node in cluster.nodes:
+        node.kill()
+    sent = count_scripts(client)
+    reach = Reach(client, delivery.prefix, learns=learns)
+    try:
+        with pytest.raises(RedisClusterUnreachableError):
+            delivery.heartbeat_reaching(leases, None, reach)
+    finally:
+        client.close()
+    assert len(sent) == 1  # the first schedule's beat; the rest passed over, unasked
+    assert not reach.reached
+
+
+def test_a_walk_that_reached_some_passes_every_schedule_over_after_it(cluster_client: RedisCluster) -> None:
+    """Having reached a schedule, the walk raises nothing, and passes every later one over with the
+    error, its master's or not: before, each was asked, one failed call per slot."""
+    reach = Reach(cluster_client)
+    reach.got("done")
+    error = RedisClusterUnreachableError("no node answers")
+    reach.missed("s0", error)
+    assert all(reach.passed_over(f"s{n}") for n in range(1, 20))
+    assert set(reach.missing.values()) == {error}
