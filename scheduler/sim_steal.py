@@ -34,6 +34,12 @@ from scheduler.sim_guard import in_time
 # thief may never take is passed at no cost. 64: measured in delivery, scanning 256 cost a steal
 # 0.33 ms of Redis (0.76 under affinity) at four victims, against ~0.06 ms for one that takes an item.
 STEAL_SCAN = 64
+# Items one steal call takes at most, whatever the thief's free slots: what one delivery call leases
+# (``service.delivery.keys.MAX_BATCH``, Lua's ``unpack`` limit; scheduler/ imports nothing of service/,
+# so the test of the two rules' parity holds them equal). A thief with more room steals again, as its
+# sidecar does, choosing the victim anew: one call of 1,200 took from the busiest victim alone what
+# delivery splits over two calls (review63).
+STEAL_MOST = 1000
 
 
 class Steal(enum.Enum):
@@ -60,9 +66,10 @@ def steal_count(thief: WorkerEngine, queued: int) -> int:
 
     ``max`` is what the sidecar asks for: its free slots (``max_num_seqs`` less what it holds,
     running or waiting in the engine), or one under KV admission, where it leases an item only once
-    the one before it started (``service/sidecar/session.py``, ``_claim_reaching``)."""
+    the one before it started (``service/sidecar/session.py``, ``_claim_reaching``); and what
+    delivery sends the script is at most ``STEAL_MOST`` of it (``Delivery.steal``)."""
     free = 1 if thief.kv_admission else thief.max_seqs - thief.batch - len(thief.waiting)
-    return min(free, max(1, queued // 2))
+    return min(free, STEAL_MOST, max(1, queued // 2))
 
 
 def tail_batch(

@@ -16,7 +16,7 @@ from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
-from scheduler.sim_steal import Steal, steal_count, tail_batch
+from scheduler.sim_steal import STEAL_MOST, Steal, steal_count, tail_batch
 from scheduler.simulator import SimOptions, SimResult, simulate
 from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
 
@@ -48,6 +48,14 @@ def test_a_thief_with_k_free_slots_takes_min_k_and_half_the_queue_from_its_tail(
     victim, thief = _pair(n, slots)
     assert steal_count(thief, n) == taken == min(slots, max(1, n // 2))
     assert tail_batch(victim, thief, None) == (list(range(1, taken + 1)), Steal.TAKEN)
+
+
+def test_a_thief_with_more_free_slots_than_one_call_leases_takes_that_many() -> None:
+    # delivery leases at most MAX_BATCH items a call (Lua's unpack limit): the thief's sidecar asks
+    # again for the rest of its room, choosing the victim anew; one call took 1,200 here
+    victim, thief = _pair(2 * (STEAL_MOST + 200), STEAL_MOST + 200)
+    assert steal_count(thief, len(victim.queue)) == STEAL_MOST
+    assert tail_batch(victim, thief, None) == (list(range(1, STEAL_MOST + 1)), Steal.TAKEN)
 
 
 def test_under_kv_admission_a_steal_takes_one_item_as_the_sidecar_asks_for_one() -> None:

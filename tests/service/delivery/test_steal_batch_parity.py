@@ -20,11 +20,12 @@ from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_ledger import Ledger
-from scheduler.sim_steal import tail_batch
+from scheduler.sim_steal import STEAL_MOST, tail_batch
 from scheduler.simulator import SimOptions, simulate
 from scheduler.stepsum import planned_steps
 from scheduler.types import Inventory, Plan, Trajectory, Worker, WorkerPlan
 from service.delivery import Delivery, DeliveryItem, PublishedSchedule
+from service.delivery.keys import MAX_BATCH
 
 PROMPT, PREDICTED = 100, 400.0  # 500 KV tokens each at the predicted final length
 
@@ -55,6 +56,7 @@ def _simulated(n: int, slots: int, pins: set[int], capacity: int, kv_admission: 
         (7, 10, set(), 1_000_000, False),  # half of seven: three
         (10, 3, set(), 1_000_000, False),  # the thief's three slots
         (400, 150, set(), 1_000_000, False),  # steal_rules' 150-slot thief
+        (2_400, 1_200, set(), 1_000_000, False),  # more free slots than one call leases (MAX_BATCH)
         (10, 8, set(), 1_000_000, True),  # KV admission: the sidecar asks for one
         (8, 8, {7, 5}, 1_000_000, False),  # pinned tail items passed, half of all eight taken
         (10, 5, set(), 1_200, False),  # the KV steal gate: two of 500 tokens fit, the third ends it
@@ -69,6 +71,11 @@ def test_one_steal_takes_the_same_tail_batch_in_delivery_as_in_the_simulator(
     stolen = [le.key for le in delivery.steal("s", "a", want, budget_tokens=capacity)]
     assert stolen == _simulated(n, slots, pins, capacity, kv_admission)
     assert len(stolen) >= 1
+
+
+def test_the_simulator_s_most_items_a_steal_takes_is_what_one_delivery_call_leases() -> None:
+    # scheduler/ imports nothing of service/, so the bound is a constant of its own, held here
+    assert STEAL_MOST == MAX_BATCH
 
 
 def test_a_steal_takes_its_batch_from_the_busiest_queue_alone_in_both(delivery: Delivery) -> None:
