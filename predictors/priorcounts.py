@@ -23,9 +23,11 @@ COUNTED_MAX = 1 << 17
 # Cells of a count table kept for the next step whatever the rows it counts (512 KiB of int64); a
 # larger one is kept only where it counts more rows than its cells (``PriorCounts.worth_keeping``)
 KEPT_CELLS = 1 << 16
-# Cells of count tables a predictor's cache of priors holds beside the newest step's (4 MiB of int64;
-# ``predictors.predictor``): four tables of a bench-like history (~33,000 cells each) fit, where four
-# of lengths near ``COUNTED_MAX``, each worth keeping over 1.2 M rows, had held ~40 MiB (edges61)
+# Cells of count tables a predictor's cache of priors holds in all, the newest step's among them (4 MiB
+# of int64; ``predictors.predictor._bounded``): the newest step's are kept whatever their size, an older
+# step's only within what they leave. Four tables of a bench-like history (~33,000 cells each) fit,
+# where four of lengths near ``COUNTED_MAX``, each worth keeping over 1.2 M rows, had held ~40 MiB
+# (edges61)
 CACHE_CELLS = 1 << 19
 
 
