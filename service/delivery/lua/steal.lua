@@ -1,31 +1,33 @@
 -- steal: a worker whose own queue is empty leases items from the TAIL of the queue with the most
 -- predicted work left (or the next: 'Several victims' below; the longest, planned-first items stay
--- with their owner), at most half of
--- that queue (at least one item) and at most max. The items go straight from queue to lease inside
+-- with their owner), at most half of that queue (at least one item) and at most max, as the
+-- simulator's steal (scheduler/sim_steal.py, tail_batch; tests/service/delivery/
+-- test_steal_batch_parity.py holds the two alike). The items go straight from queue to lease inside
 -- this one script, so no item is ever both queued and leased, and two thieves never get the same one.
 -- The KV steal gate: with a budget (the thief's free KV tokens at predicted final lengths), tail items
 -- are taken only while their cumulative reservation fits it; the first that does not ends the steal
--- and stays queued, as in the simulator (scheduler/sim_engine.py, reservation_fits).
--- Pins and prefix affinity, as the simulator (scheduler/sim_pool.py): a pinned item (P:pin) is never
--- stolen, but it shields nothing: the steal passes over it (it stays queued, in place) and takes the
--- nearest unpinned items before it, however many pinned ones there are: a queue holding pins is read
--- through its list of unpinned items (index.lua). A dead worker's pinned group planned last kept all
--- 26 items of its queue from idle thieves, 18 of them unpinned; a hundred pins planned last did so
--- past SCAN items, which the steal read from the queue itself until 2026-12-04. Under
+-- and stays queued, as in the simulator (scheduler/sim_steal.py, tail_batch).
+-- Pins and prefix affinity, as the simulator (scheduler/sim_steal.py; sim_pool.py, _steal_group): a
+-- pinned item (P:pin) is never stolen, but it shields nothing: the steal passes over it (it stays
+-- queued, in place) and takes the nearest unpinned items before it, however many pinned ones there
+-- are: a queue holding pins is read through its list of unpinned items (index.lua). A dead worker's
+-- pinned group planned last kept all 26 items of its queue from idle thieves, 18 of them unpinned; a
+-- hundred pins planned last did so past SCAN items, which the steal read from the queue itself until
+-- 2026-12-04. Under
 -- affinity (meta 'affinity' = '1') a steal moves a whole group or nothing: the group nearest the
 -- tail that may move, only if every member is still queued on the victim, never started (no attempt
 -- spent), unpinned, and the group fits the budget together; or, once the victim abandoned a group
 -- it ran (abandoned(), below: it died), all of the group queued there, started or not, whole or
 -- partly done. A group that cannot move is passed over as a pinned item is. The group goes to the
 -- thief's own queue; up to max of it is leased now, the rest claimed as usual.
--- The deadline guard, as the simulator (scheduler/sim_pool.py, _in_time): an item with a planned
+-- The deadline guard, as the simulator (scheduler/sim_guard.py, in_time): an item with a planned
 -- 'start|end' in P:due is taken only if the thief would finish it by its end, now + predicted tokens /
 -- rate, where the end moves back by how late the owner is (now minus the planned start of the head of
 -- its queue, if that has passed), and only if the work the thief already holds (busy ms) ends by
 -- then too (else the steal just moves the end of the step to the thief), and only if the steal
 -- still pays off were the item margin times longer than predicted (scheduler/stealguard.py,
 -- beats_owner); the first tail item that fails ends the steal and stays queued.
--- What a cache holds, as the simulator (sim_pool.py, _steal: can_hold): a thief with a known KV
+-- What a cache holds, as the simulator (sim_steal.py, tail_batch: can_hold): a thief with a known KV
 -- capacity (P:cap) takes no item it cannot hold at its cap (P:need); under affinity no group with
 -- such a member. Like a pinned one, such an item (group) stays queued, in place, and shields
 -- nothing: the steal passes over it (a small-cache thief got nothing from a queue whose tail item
