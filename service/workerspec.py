@@ -89,22 +89,24 @@ def _part_workers(part: str, spec: str, start: int) -> list[Worker]:
         raise InvalidInputError("workers", part.strip(), f"max_num_seqs must be 1..{MAX_NUM_SEQS:,}")
     if start + count > MAX_WORKERS:  # before the workers are made: 80000000xH100 would allocate first
         raise InvalidInputError("workers", spec, f"{start + count:,} workers {_PAST_LIMIT}")
-    device = _device(match["device"], part.strip())
+    device = _device(match["device"], part.strip(), counted=match["count"] is not None)
     prefix = device.name.lower()
     return [Worker(worker_id=f"{prefix}-{start + i}", device=device, max_num_seqs=seqs) for i in range(count)]
 
 
-def _device(name: str, part: str) -> DeviceProfile:
+def _device(name: str, part: str, *, counted: bool) -> DeviceProfile:
     """The profile of the DEVICE ``name`` read from ``part``; a name that is a slip of the spec's form
     (``8x``, ``xH100``, ``H100x8``) is refused as malformed, and only a well-formed one that names no
-    device as unknown, so the user is sent to the form or to the device list, whichever they missed."""
+    device as unknown, so the user is sent to the form or to the device list, whichever they missed.
+    The slip's reason reads ``name`` alone, so a part ``counted`` before it (``8xH100x8``, ``8xxH100``)
+    is told only that it is malformed: "the count goes before the device" was false there."""
     try:
         return device_profile(name)
     except UnknownNameError:
         for slip, missed in _SLIPS:
             found = slip.match(name)
             if found is not None and (found.re.groups == 0 or _is_device(found["device"])):
-                raise _malformed(part, missed) from None
+                raise _malformed(part, "" if counted else missed) from None
         raise
 
 

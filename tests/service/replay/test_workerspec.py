@@ -97,6 +97,17 @@ def test_a_malformed_part_says_malformed_and_shows_the_expected_form(spec: str, 
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("spec", ["8xH100x8", "8xxH100", "8xx"])
+def test_a_part_with_a_count_and_a_slip_after_it_is_malformed_without_a_reason_it_does_not_have(
+    spec: str,
+) -> None:
+    # "8xH100x8" was told "the count goes before the device" and "8xxH100" "an x with no count before
+    # it", each holding a count before its device: the slip's reason read the device alone (review63)
+    with pytest.raises(InvalidInputError) as caught:
+        parse_workers(spec)
+    assert caught.value.reason == f"malformed; {EXPECTED_FORM}"
+
+
 @pytest.mark.parametrize("spec", ["4xTPUv5", "TPU", "8xB200:64", "x100", "8xH1OO"])
 def test_a_well_formed_part_with_an_unknown_device_still_says_unknown_device(spec: str) -> None:
     with pytest.raises(UnknownNameError) as caught:
