@@ -87,7 +87,9 @@ class Reach:
     answered: set[str] = field(default_factory=set)  # schedules that answered (gone, or refusing, too)
     _failed: dict[Hashable, Exception] = field(default_factory=dict, init=False)  # slot or node -> error
     _masters: set[Hashable] = field(default_factory=set, init=False)  # masters a failure counted for
-    _down: Exception | None = field(default=None, init=False)  # a node's "cluster is down": every slot
+    # the whole cluster down (``errors.whole_cluster_down``, or a read of the map reaching no node): every
+    # schedule after it is passed over with this error
+    _down: Exception | None = field(default=None, init=False)
     # node (``_node``) -> the slots it knows no master for, and its refusal that had it asked
     _unserved: dict[Hashable, tuple[frozenset[int], Exception]] = field(default_factory=dict, init=False)
     _asking: tuple[ClusterNode, Exception] | None = field(default=None, init=False)  # to ask (``learn``)
