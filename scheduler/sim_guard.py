@@ -4,8 +4,9 @@ Why a module of its own. The rule itself (an owner that runs late shifts its pla
 still pay off were the item ``LENGTH_MARGIN`` times longer) is shared with the delivery layer and
 lives, numpy-free, in ``scheduler.stealguard``. What only the simulator needs is how a simulated
 thief estimates its side: how long it would take to run a stolen item, and how long the work it
-already runs still takes. ``scheduler.sim_pool`` asks ``in_time`` before every steal of a static
-plan; shared-queue plans carry no planned times, and every steal passes. docs/simulator.md, "Stealing
+already runs still takes. ``in_time`` is asked before every steal of a static plan, of each tail
+item by ``scheduler.sim_steal.tail_batch`` and of a whole group by ``scheduler.sim_pool`` under prefix
+affinity; shared-queue plans carry no planned times, and every steal passes. docs/simulator.md, "Stealing
 only what helps: the deadline guard", has the measurements behind each part.
 """
 
