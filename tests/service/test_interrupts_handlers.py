@@ -106,18 +106,23 @@ def _ctrl_c_on_collection(_ref: object) -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_the_replays_pool_raises_a_ctrl_c_python_dropped_at_its_next_wait() -> None:
     """``quiet_pool`` is what ``replay`` waits inside (``service.replay.harness``): a Ctrl-C dropped
-    in a weakref callback there is raised by the next wait, and the pool is abandoned."""
+    in a weakref callback there is raised by the next wait, and the pool is abandoned. By the wait
+    itself, not the block's end, which raises a remembered one too (review62): the test had passed
+    with ``wait_first`` raising nothing (review63)."""
+    waited: list[bool] = []
     with pytest.raises(KeyboardInterrupt):
-        _a_pools_wait_after_a_dropped_ctrl_c()
+        _a_pools_wait_after_a_dropped_ctrl_c(waited)
+    assert waited == []
 
 
-def _a_pools_wait_after_a_dropped_ctrl_c() -> None:
+def _a_pools_wait_after_a_dropped_ctrl_c(waited: list[bool]) -> None:
     with quiet_pool(1):
         target = Future[None]()
         ref = weakref.ref(target, _ctrl_c_on_collection)
         del target  # the callback runs, and its KeyboardInterrupt does not get out
         assert ref() is None
         wait_first([_done()], block=True)
+        waited.append(True)  # the wait returned: only the block's end raised
 
 
 def test_a_ctrl_c_another_thread_took_during_a_spawn_is_raised_once_the_spawn_is_done() -> None:
