@@ -79,7 +79,8 @@ def tail_batch(
 ) -> tuple[list[int], Steal]:
     """The items one steal takes from ``victim``'s queue, as positions from its tail (1: the tail),
     tail first, and why it took no more (TAKEN: ``steal_count`` of them; STOP: the KV steal gate or
-    the deadline guard refused the next; SKIP: the queue holds no more the thief may take).
+    the deadline guard refused the next, or the thief has no free slot; SKIP: the queue holds no more
+    the thief may take).
 
     Pinned items and those too big for the thief's cache are passed over, any number of them, as
     steal.lua reads a list holding neither. Each item taken must fit the thief's KV cache beside
@@ -90,6 +91,8 @@ def tail_batch(
     """
     queue, pin, reserve = victim.queue, thief.ledger.pin, thief.ledger.reserve
     take = steal_count(thief, len(queue))
+    if take < 1:  # no free slot: nothing, as ``Delivery.steal`` answers a max below one
+        return [], Steal.STOP
     room = thief.cap - thief.reserved - thief.waiting_reserve  # the KV steal gate's budget
     backs: list[int] = []
     for back, item in enumerate(reversed(queue), 1):  # unbounded: the pass costs steal.lua nothing

@@ -58,6 +58,15 @@ def test_a_thief_with_more_free_slots_than_one_call_leases_takes_that_many() -> 
     assert tail_batch(victim, thief, None) == (list(range(1, STEAL_MOST + 1)), Steal.TAKEN)
 
 
+def test_a_thief_with_no_free_slot_takes_nothing() -> None:
+    # as Delivery.steal answers a max below one; the pool asks only a thief with room, but the count
+    # of 0 had the walk take every item of the queue, past its half (review63)
+    victim, thief = _pair(10, 2)
+    for _ in range(2):  # two of the victim's head items fill the thief's two slots
+        assert thief.take(victim.queue.popleft())
+    assert tail_batch(victim, thief, None) == ([], Steal.STOP)
+
+
 def test_under_kv_admission_a_steal_takes_one_item_as_the_sidecar_asks_for_one() -> None:
     victim, thief = _pair(10, 8, kv_admission=True)
     assert tail_batch(victim, thief, None) == ([1], Steal.TAKEN)
