@@ -77,6 +77,7 @@ class ModelStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._fences: dict[int, tuple[tuple[int, ...], int | None]] = {}  # version -> (identity, token)
 
     def versions(self) -> list[int]:
         """Complete versions present, ascending; none while the store's folder is not made yet.
@@ -98,17 +99,28 @@ class ModelStore:
             if match and all((entry / f).is_file() for f in _FILES):
                 found.append(int(match.group(1)))
         fences = {version: self.fence_token(version) for version in found}
+        kept = self._fences  # the versions gone forgotten
+        self._fences = {version: kept[version] for version in found if version in kept}
         superseded = _superseded(sorted(found), fences)
         return [v for v in sorted(found) if v not in superseded], sorted(superseded)
 
     def fence_token(self, version: int) -> int | None:
         """The fencing token ``version`` was saved with (its retrain lock's, ``service.learning.retrain``);
-        None when saved without one (``predictor train``) or unreadable."""
+        None when saved without one (``predictor train``) or unreadable. Read once while its
+        ``metadata.json`` is the same file (``identity``): each listing, a reload's at every tick, had
+        read every version's, one passed over for good (``RetiredFeaturesError``) too (edges63)."""
+        seen = self.identity(version)  # before the read: a file replaced meanwhile is read again
+        known = self._fences.get(version)
+        if seen is not None and known is not None and known[0] == seen:
+            return known[1]
         try:
             token = json.loads((self.path(version) / "metadata.json").read_text()).get("fence_token")
         except (OSError, ValueError, AttributeError):
-            return None
-        return token if isinstance(token, int) and not isinstance(token, bool) else None
+            token = None
+        token = token if isinstance(token, int) and not isinstance(token, bool) else None
+        if seen is not None:
+            self._fences[version] = (seen, token)
+        return token
 
     def highest_fence_token(self) -> int:
         """The highest fencing token of a version present, superseded ones included; 0 with none."""
@@ -183,6 +195,17 @@ class ModelStore:
             return json.dumps(raw.get("checksums", {}), sort_keys=True)
         except (OSError, ValueError, AttributeError):
             return ""
+
+    def identity(self, version: int) -> tuple[int, ...] | None:
+        """What tells ``version``'s ``metadata.json`` from a file put in its place since, without
+        reading it (a stat: inode, size, modified and changed times); None where it cannot be stat'ed.
+        A stored version is never rewritten; a folder copied or renamed in under its number is a new
+        file. A reload passes over a version it found unusable while this stays the same."""
+        try:
+            stat = (self.path(version) / "metadata.json").stat()
+        except OSError:
+            return None
+        return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
     def _publish(self, staging: Path) -> int:
         for _ in range(100):

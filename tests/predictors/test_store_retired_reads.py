@@ -1,0 +1,108 @@
+"""A version passed over for features no request may send is not read again at each reload tick.
+
+Round 62 had ``LengthPredictor.reload`` pass over such a version (``RetiredFeaturesError``) as over a
+damaged one, which it tried again at every tick: its ``metadata.json`` read for its stamp, the store
+listed once more to load it, the file read again, every version's read for its fencing token each
+listing. With the 20 versions a store keeps all fitted so (a replica just upgraded), a tick read 460
+files and took ~0.2 s under the swap lock, at every tick until the retrain (edges63). Now the version
+is remembered with its file's identity (``ModelStore.identity``, a stat), and the fencing tokens
+likewise: a tick reads none of its files, and a version put in its place, or a newer one, is read.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from predictors.history import History
+from predictors.model import FittedModel
+from predictors.predictor import LengthPredictor
+from predictors.store import ModelStore, RetiredFeaturesError
+from scheduler.errors import InvalidInputError
+from tests.predictors.helpers import fitted_with
+
+
+@pytest.fixture(scope="module")
+def retired() -> FittedModel:
+    return fitted_with(numeric=("completion_tokens",))
+
+
+@pytest.fixture(scope="module")
+def plain() -> FittedModel:
+    return fitted_with(numeric=("x",))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Each ``metadata.json`` read, by its version's folder name."""
+    counted: Counter[str] = Counter()
+    read_text = Path.read_text
+
+    def counting(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name == "metadata.json":
+            counted[path.parent.name] += 1
+        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    return counted
+
+
+def test_a_tick_reads_no_file_of_a_version_passed_over_and_a_newer_one_is_taken(
+    tmp_path: Path, retired: FittedModel, plain: FittedModel, reads: Counter[str]
+) -> None:
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(retired)  # v2, the newest, fitted by the release before
+    told: list[InvalidInputError] = []
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store, told.append)
+    assert predictor.model_version == 1
+    assert [type(error) for error in told] == [RetiredFeaturesError]
+    reads.clear()
+    for _ in range(5):
+        assert not predictor.reload(store, told.append)
+    assert reads["v000002"] == 0, reads
+    assert len(told) == 1  # told once, not at each tick
+    assert store.save(plain) == 3  # the next retrain's
+    assert predictor.reload(store, told.append)
+    assert predictor.model_version == 3
+    assert len(told) == 1
+
+
+def test_with_every_version_passed_over_a_tick_reads_none(
+    tmp_path: Path, retired: FittedModel, reads: Counter[str]
+) -> None:
+    store = ModelStore(tmp_path)
+    for _ in range(4):
+        store.save(retired)
+    told: list[InvalidInputError] = []
+    predictor = LengthPredictor(History())
+    assert not predictor.reload(store, told.append)
+    assert len(told) == 4
+    reads.clear()
+    for _ in range(3):
+        assert not predictor.reload(store, told.append)
+    assert sum(reads.values()) == 0, reads
+    assert len(told) == 4
+    assert predictor.model is None
+
+
+def test_a_version_put_in_its_place_under_its_number_is_read_and_taken(
+    tmp_path: Path, retired: FittedModel, plain: FittedModel
+) -> None:
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(retired)
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+    replacement = store.save(plain)  # v3, then renamed in as v2: a new file under the number passed over
+    shutil.rmtree(store.path(2))
+    store.path(replacement).rename(store.path(2))
+    assert predictor.reload(store)
+    assert predictor.model_version == 2
+    assert predictor.model is not None
+    assert predictor.model.spec.numeric == ("x",)
