@@ -86,6 +86,7 @@ class StepKeeper:
         in the middle of a loaded host's test and was counted with it, flaky62)."""
         self._ticks_itself = ticks_itself
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # ``settle``'s: a hold, or the thread's end
         self._held: dict[Kept, _Held] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()  # ``settle``: the thread looks now, not at its next tick
@@ -100,6 +101,7 @@ class StepKeeper:
         now = time.monotonic()
         with self._lock:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
+            self._changed.notify_all()  # a settle waiting for the thread's end: it will not end now
             if not self._ticks_itself:
                 return
             if self._thread is None or not self._thread.is_alive():  # one a BaseException ended too
@@ -137,7 +139,9 @@ class StepKeeper:
         outlives the stop (a planning thread runs on), as that request lets go. A test process starts
         and stops many apps, and the thread had lived on into the test modules after them (threads61).
         One that keeps something still ticks until then (another app's request, in a process that
-        runs several: its next ``hold`` starts another thread)."""
+        runs several: its next ``hold`` starts another thread). A hold landing while the settle waits
+        (before the woken thread looked: it then ticks on) ends the wait at once, as one found kept
+        does: the settle had waited out its whole timeout for a thread never to end then (edges63)."""
         with self._lock:
             thread = self._thread
             if thread is None:
@@ -146,7 +150,12 @@ class StepKeeper:
             if self._held:
                 return False
             self._wake.set()
-        thread.join(timeout_s)
+            self._changed.wait_for(
+                lambda: self._thread is not thread or bool(self._held) or not thread.is_alive(), timeout_s
+            )
+            if self._thread is thread:  # something kept, or the time up: it ticks on; else a
+                return not thread.is_alive()  # ``BaseException`` ended it (``hold``), none running
+        thread.join(timeout_s)  # it ended under the lock: only its return is left
         return not thread.is_alive()
 
     def held(self) -> int:
@@ -200,6 +209,7 @@ class StepKeeper:
                 self._wake.clear()
                 if not self._held:
                     self._thread, self._settling = None, False
+                    self._changed.notify_all()
                     return
             try:
                 self.tick()

@@ -102,3 +102,47 @@ def test_a_wake_that_finds_a_request_kept_ticks_once_then_waits_its_tick(
     thread.join(IDLE_S)
     assert thread.is_alive()
     assert len(ticks) == 1
+
+
+class _PausedWake(threading.Event):
+    """The keeper's wake, whose thread, once woken, stops between its wake and its look at what is
+    kept until the test lets it go on: where a hold lands in that window, deterministically."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.woken = threading.Event()  # the thread is between its wake and its look
+        self.go_on = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woke = super().wait(timeout)
+        if woke and not self.go_on.is_set():
+            self.woken.set()
+            self.go_on.wait(SETTLE_S)
+        return woke
+
+
+def test_a_hold_between_the_settles_wake_and_the_threads_look_ends_the_settle_at_once(
+    keeper: StepKeeper,
+) -> None:
+    """The settle woke the idle thread and waited for it to end; a hold (another app's request, in a
+    process that runs several) landed before the thread looked, so it found something kept and ticked
+    on, and the settle waited its whole timeout for a thread that was never to end then (an app's stop
+    held that long: edges63). It returns at that hold now, as a settle that finds one kept does."""
+    wake = _PausedWake()
+    keeper._wake = wake
+    thread = _thread(keeper, FIRST)
+    keeper.let_go(FIRST)
+    settled: list[bool] = []
+    settling = threading.Thread(target=lambda: settled.append(keeper.settle(60.0)), daemon=True)
+    settling.start()
+    assert wake.woken.wait(SETTLE_S)  # the settle woke the thread; it has not looked yet
+    keeper.hold(CTX, SECOND, life_s=60.0)  # finds the thread alive: starts none
+    settling.join(SETTLE_S)
+    still_waiting = settling.is_alive()
+    wake.go_on.set()  # the thread looks, finds SECOND kept and ticks on
+    assert not still_waiting, "the settle waited on a thread that keeps a request"
+    assert settled == [False]
+    keeper.let_go(SECOND)  # the last let go after a settle: the thread ends
+    thread.join(SETTLE_S)
+    assert not thread.is_alive()
+    settling.join(SETTLE_S)
