@@ -35,6 +35,7 @@ T = TypeVar("T")
 END_WAIT_S = 2.0  # how long an interrupted parent waits for a terminated worker (or the pool) to be gone
 POLL_S = 0.2  # how often a main thread waiting on workers wakes to raise a Ctrl-C it has not raised yet
 _HEARD = threading.Event()  # a Ctrl-C arrived inside ``remembered_sigint`` (set even where it was dropped)
+_REMEMBERING = threading.Event()  # a ``remembered_sigint`` block is open (the main thread's: one at a time)
 
 
 def ignore_sigint() -> None:
@@ -85,9 +86,16 @@ def remembered_sigint() -> Iterator[None]:
     ``wait_first``) raise it again where Python dropped it: a KeyboardInterrupt raised inside a
     weakref callback or a ``__del__`` (an import's module-lock callback, a finalizer run by the
     garbage collector) is printed as "Exception ignored" and swallowed, and the replay ran on to its
-    end (replay61). Main thread only, and not where SIGINT is ignored (a background job's)."""
+    end (replay61). Main thread only, and not where SIGINT is ignored (a background job's).
+
+    Nested, the inner block is the outer's own: it changes nothing, and a Ctrl-C heard in either is
+    remembered until the outer block ends. An inner block that did as the outer had forgotten at its
+    start a Ctrl-C dropped before it, and at its end one dropped inside it (edges63)."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+        yield
+        return
+    if _REMEMBERING.is_set():  # inside another block: its handler remembers, its end forgets
         yield
         return
 
@@ -100,10 +108,12 @@ def remembered_sigint() -> Iterator[None]:
     _HEARD.clear()
     signal.signal(signal.SIGINT, remember)
     try:
+        _REMEMBERING.set()
         yield
     finally:
         _put_back(previous)
         _HEARD.clear()
+        _REMEMBERING.clear()
 
 
 def _put_back(previous: Callable[[int, FrameType | None], Any] | int | None) -> None:
