@@ -175,10 +175,12 @@ class Reach:
         counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
         self.missing[schedule_id] = error
         self.answered.discard(schedule_id)
-        if whole_cluster_down(error):  # a node's "cluster is down", or the client's read reaching none
-            self._down = error
+        # a node's "cluster is down", or the client's read reaching none, or the walk's own (``_moved``)
+        down = error if whole_cluster_down(error) else self._down
+        if down is not None:
+            self._down = down
             if not self.reached:
-                raise error
+                raise down
             return
         node, slot = self._node(schedule_id), self._slot(schedule_id)
         elsewhere = down_node(error)  # an index's node (a settled schedule's retire): its master answered

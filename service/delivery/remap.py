@@ -99,7 +99,9 @@ class Remap:
     client: redis.Redis | RedisCluster
     on_silent: Callable[[ClusterNode, Exception], None] | None = None  # a master that did not answer the ask
     alone: bool = False  # a call of its own (``remapped``), not a pass
-    unreachable: Exception | None = field(default=None, init=False)  # the error that had it read
+    # the read reaching no node: the client's own error for it (``errors.whole_cluster_down``'s), as a
+    # call's retry raises where its refresh was due; the master's error had its callers take one master's
+    unreachable: Exception | None = field(default=None, init=False)
     _read: set[str] = field(default_factory=set, init=False)  # masters whose failure read the map
     _silent: set[str] = field(default_factory=set, init=False)  # masters that did not answer the ask
 
@@ -139,7 +141,7 @@ class Remap:
                 error,
                 unreached,
             )
-            self.unreachable = error
+            self.unreachable = unreached
             return False
         except RedisClusterException as refused:  # nodes that disagree, slots uncovered, a refused user
             log.warning(

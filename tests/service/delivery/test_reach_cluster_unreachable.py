@@ -83,6 +83,35 @@ def test_a_walk_on_a_cluster_wholly_down_raises_at_its_first_schedule(
     assert not reach.reached
 
 
+def test_a_learning_walk_whose_own_read_of_the_map_reaches_no_node_raises_at_its_first_schedule(
+    cluster: LocalCluster,
+) -> None:
+    """The client's map read just now (its own refresh not due, as within a second of its last): the
+    first beat fails with its master's ``ConnectionError``, and the walk's own read of the map
+    (``remap.Remap.moved``) reaches no node. That is the cluster down as the client's read reaching
+    none is: the walk raises ``RedisClusterUnreachableError`` at its first schedule. Before, the read
+    was kept as the master's ``ConnectionError``, which ``Reach.missed`` took for one master's: the
+    walk passed the rest over and returned, its outage left to the caller's ``Reach.outage`` (edges63)."""
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    leases = _leases(delivery)
+    client = delivery.client
+    client.nodes_manager._topology_refresh_min_interval = 3600.0  # type: ignore[union-attr]
+    client.nodes_manager.initialize()  # type: ignore[union-attr]
+    for node in cluster.nodes:
+        node.kill()
+    sent = count_scripts(client)
+    reach = Reach(client, delivery.prefix, learns=True)
+    try:
+        with pytest.raises(RedisClusterUnreachableError):
+            delivery.heartbeat_reaching(leases, None, reach)
+    finally:
+        client.close()
+    assert len(sent) == 1
+    assert not reach.reached
+
+
 def test_a_walk_that_reached_some_passes_every_schedule_over_after_it(cluster_client: RedisCluster) -> None:
     """Having reached a schedule, the walk raises nothing, and passes every later one over with the
     error, its master's or not: before, each was asked, one failed call per slot."""
