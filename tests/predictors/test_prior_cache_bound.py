@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictors.fallbacks import GlobalPrior
+from predictors.fallbacks import GlobalPrior, PriorDefaults
 from predictors.history import History
-from predictors.predictor import LengthPredictor
+from predictors.predictor import LengthPredictor, _bounded
 from predictors.priorcounts import CACHE_CELLS, COUNTED_MAX, KEPT_CELLS, PriorCounts
 from predictors.queries import Query
 from predictors.tracetable import Trace
@@ -141,3 +141,25 @@ def test_a_table_is_kept_up_to_kept_cells_whatever_its_rows_and_past_them_up_to_
     assert not _table(KEPT_CELLS + 1, rows=1).worth_keeping
     assert _table(3 * KEPT_CELLS, rows=3 * KEPT_CELLS).worth_keeping
     assert not _table(3 * KEPT_CELLS, rows=3 * KEPT_CELLS - 1).worth_keeping
+
+
+def _cached(cells: list[int]) -> tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...]:
+    """A predictor's cache of priors, one a step in ascending steps, holding counts of these cells."""
+    one = np.zeros(1)
+    priors = [GlobalPrior(one[:0], one, one, one, n, PriorDefaults(), _table(n, rows=n)) for n in cells]
+    return tuple(((0, step, 0), prior, 1.0) for step, prior in enumerate(priors))
+
+
+def _counts_held_in(cache: tuple[tuple[tuple[int, int, int], GlobalPrior, float], ...]) -> list[int]:
+    return [0 if p.counts is None else p.counts.cells for _, p, _ in cache]
+
+
+def test_the_cache_keeps_older_counts_newest_first_while_all_it_keeps_reach_cache_cells_exactly() -> None:
+    """The bound cell by cell (mutation testing, helper mutants63): the newest step's counts always,
+    then each older step's, newest first, while the cells kept stay within ``CACHE_CELLS``."""
+    quarter = CACHE_CELLS // 4
+    kept = _bounded(_cached([quarter, quarter, quarter, 2 * quarter]))
+    assert _counts_held_in(kept) == [0, quarter, quarter, 2 * quarter]
+    over = _bounded(_cached([1, 1, 2 * CACHE_CELLS]))  # the newest's alone pass the bound: kept, no other
+    assert _counts_held_in(over) == [0, 0, 2 * CACHE_CELLS]
+    assert [key for key, _, _ in over] == [(0, 0, 0), (0, 1, 0), (0, 2, 0)]  # every prior stays

@@ -10,6 +10,7 @@ it passes over a damaged version: an older version that loads serves, else the f
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,16 @@ def test_with_only_such_versions_the_fallbacks_predict_until_a_retrain_stores_on
     assert predictor.reload(store, told.append)
     assert predictor.model_version == 3
     assert len(told) == 2  # the newest loads: the older ones are not read again
+
+
+def test_the_refusal_crosses_a_process_boundary_with_its_names(tmp_path: Path, retired: FittedModel) -> None:
+    # the replay's worker processes send errors back pickled (``InvalidInputError.__reduce__``): the
+    # names and the reason must arrive as they were raised (mutation testing, helper mutants63)
+    store = ModelStore(tmp_path)
+    version = store.save(retired)
+    with pytest.raises(RetiredFeaturesError) as caught:
+        store.load(version)
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert type(back) is RetiredFeaturesError
+    assert (back.field, back.value, back.names) == ("model_store", caught.value.value, caught.value.names)
+    assert str(back) == str(caught.value)
