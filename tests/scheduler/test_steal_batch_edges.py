@@ -12,11 +12,13 @@ before it in the thief's batch, whose steps they slow (mutation testing, helper 
 
 from __future__ import annotations
 
+from collections import deque
+
 from scheduler.costmodel import WorkerCost
 from scheduler.sim_engine import WorkerEngine
 from scheduler.sim_guard import thief_seconds
 from scheduler.sim_ledger import Ledger
-from scheduler.sim_steal import Steal, steal_count, tail_batch
+from scheduler.sim_steal import STEAL_SCAN, Steal, steal_count, tail_batch, unpinned_tail
 from tests.scheduler.test_steal_batch import _first_call, _items, _worker
 
 N, PROMPT, STEPS = 10, 100, 400  # the victim's items: 500 KV tokens each at the predicted final length
@@ -101,3 +103,18 @@ def test_a_thief_with_room_after_a_call_steals_again_from_the_queue_with_most_wo
     slow = [_worker(w, 2, time_scale=10.0) for w in ("b", "c")]
     queues = {"b": _items("b", 8), "c": _items("c", 7), "a": []}
     assert _first_call(queues, [*slow, _worker("a", 6)]) == {"a": {"b7", "b6", "b5", "c6", "c5", "b4"}}
+
+
+def test_under_affinity_a_thief_looks_at_exactly_steal_scan_unpinned_items_it_holds_from_the_tail() -> None:
+    # steal.lua's group walk reads positions 1..SCAN of the list it reads: the simulator's bound must
+    # be the same number, pins and groups the thief does not hold whole left uncounted
+    queue = deque(range(3 * STEAL_SCAN))
+    pin = [0 if i % 3 == 0 else -1 for i in queue]  # every third pinned
+
+    def held(item: int) -> bool:
+        return item % 3 != 1  # every third (another) in a group too big for the thief
+
+    looked = list(unpinned_tail(queue, pin, held))
+    assert len(looked) == STEAL_SCAN
+    assert looked[0] == (1, 3 * STEAL_SCAN - 1)
+    assert looked[-1] == (3 * STEAL_SCAN - 2, 2)  # the head-most item it may take, the 64th
