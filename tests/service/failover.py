@@ -16,6 +16,9 @@ from service.delivery import Delivery
 from tests.cluster import SLOTS, LocalCluster, slot_of
 
 TIMEOUT_S = 0.25  # the service's client at a short timeout
+# how long a test's client waits on a master the test keeps live (``answering``): a bound against a
+# master that never answers (a test's own failure), never waited out where the master answers
+ANSWER_S = 60.0
 # redis-py's ``topology_refresh_min_interval`` (1 s by default: no refresh on an error sooner after one),
 # stretched to an hour on the tests' clients (``paced``): a loaded host took over a second between the
 # map's read and the walk, whose first try then met a refresh already due, not the case under test
@@ -35,6 +38,25 @@ def paced(delivery: Delivery) -> RedisCluster:
     assert isinstance(client, RedisCluster)
     client.nodes_manager._topology_refresh_min_interval = PACED_S
     return client
+
+
+def answering(client: RedisCluster, *names: str) -> None:
+    """``client``'s calls on the masters ``names`` (those the test keeps live) wait for their answer up
+    to ``ANSWER_S``, not ``TIMEOUT_S``: the tests tell a stalled master from a live one by whether it
+    answers, and a loaded host (2 shared cores, load 20-40) can leave a live valkey-server unscheduled
+    past 0.25 s, which read as a silence (its ask passed over, the map read, the next master asked).
+    The stalled masters keep ``TIMEOUT_S``, the one wait the tests are about. The client's own settings
+    (``connection_kwargs``, which ``remap.silence_s`` reads) are unchanged: only the named masters'
+    pools and their open connections are."""
+    for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        if node.name not in names:
+            continue
+        pool = node.redis_connection.connection_pool
+        pool.connection_kwargs["socket_timeout"] = ANSWER_S
+        for connection in [*pool._available_connections, *pool._in_use_connections]:
+            connection.socket_timeout = ANSWER_S
+            if connection._sock is not None:
+                connection._sock.settimeout(ANSWER_S)
 
 
 def failed_over(live: list[int], slots: set[int]) -> None:

@@ -15,7 +15,7 @@ from service.delivery import Delivery, keys
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import SLOTS, LocalCluster, serve_the_rest, slot_of
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, answering, paced
 
 SHARES = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the first two masters'
 
@@ -23,7 +23,8 @@ SHARES = (range(0, SLOTS // 3), range(SLOTS // 3 + 1, 2 * SLOTS // 3))  # the fi
 @contextmanager
 def two_stalled_masters() -> Iterator[tuple[RedisCluster, list[str]]]:
     """The service's client (its own refresh paced: ``paced``) on a cluster of its own whose first two
-    masters are stalled, and a schedule id on each of them; the masters go on at the end."""
+    masters are stalled, and a schedule id on each of them; the masters go on at the end. The live
+    master is waited on for its answer (``answering``): only a stalled one's timeout is the test's."""
     with LocalCluster() as local:
         serve_the_rest(local)
         client = paced(
@@ -34,6 +35,7 @@ def two_stalled_masters() -> Iterator[tuple[RedisCluster, list[str]]]:
         stalled = [node for node in local.nodes if node.port in ports]
         for node in stalled:
             node.signal(signal.SIGSTOP)
+        answering(client, *(node.name for node in client.get_primaries() if node.port not in ports))  # type: ignore[no-untyped-call]
         try:
             yield client, on
         finally:

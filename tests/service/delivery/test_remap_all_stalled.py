@@ -30,7 +30,7 @@ from service.redis_conn import connect
 from service.settings import Settings
 from service.sidecar.outage_retry import LONGEST_PAUSE_S
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, answering, paced
 
 pytestmark = pytest.mark.slow
 
@@ -139,6 +139,7 @@ def test_a_master_that_answers_a_call_of_its_own_is_asked_again_within_the_memor
     first = list(cluster.asks)
     back = cluster.masters[-1]
     next(node for node in local.nodes if node.port == int(back.rsplit(":", 1)[1])).signal(signal.SIGCONT)
+    answering(cluster.client, back)  # live again: its answer waited for, however late the host is
     assert (
         remap.remapped(cluster.client, cluster.keys[-1], lambda: cluster.client.get(cluster.keys[-1])) is None
     )
@@ -161,6 +162,7 @@ def test_a_stalled_master_back_is_asked_again_once_its_window_is_over(
     first = list(cluster.asks)
     back = cluster.masters[-1]
     next(node for node in local.nodes if node.port == int(back.rsplit(":", 1)[1])).signal(signal.SIGCONT)
+    answering(cluster.client, back)  # live again: its answer waited for, however late the host is
     monkeypatch.setattr(remap, "RECENT_S", 0.0)
     monkeypatch.setattr(remap, "SILENT_TIMEOUTS", 0.0)  # the memory of its silence over
     monkeypatch.setattr(remap, "SILENT_PAUSE_S", 0.0)

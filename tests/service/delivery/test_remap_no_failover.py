@@ -26,7 +26,7 @@ from service.delivery import Delivery, keys, remap
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.failover import TIMEOUT_S, map_reads, paced
+from tests.service.failover import TIMEOUT_S, answering, map_reads, paced
 
 pytestmark = pytest.mark.slow
 KEY = keys.schedule_keys("s0").meta
@@ -59,6 +59,8 @@ def test_a_master_that_refuses_the_login_is_asked_about_by_no_other_master(
     with redis.Redis(port=port) as node:
         node.config_set("requirepass", "rotated")
         node.execute_command("CLIENT", "KILL", "TYPE", "normal")
+    # its refusal waited for: late past the timeout, it read as a silence (``TimeoutError``)
+    answering(client, client.get_node_from_key(KEY).name)  # type: ignore[no-untyped-call]
     live = [node.port for node in local.nodes if node.port != port]
     before, cache = map_reads(live), client.nodes_manager.nodes_cache
     get = partial(client.get, KEY)

@@ -22,7 +22,7 @@ from service.delivery.errors import NODE_DOWN
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.failover import TIMEOUT_S, paced
+from tests.service.failover import TIMEOUT_S, answering, paced
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +49,7 @@ def test_a_master_that_refused_an_ask_is_asked_again_by_the_next_call_in_the_win
         try:
             refusing, *down = [str(node.name) for node in client.get_primaries()]  # type: ignore[no-untyped-call]
             calls = [_key_on(client, master) for master in down]
+            answering(client, refusing)  # its refusal waited for: a late one is no silence
             for node in local.nodes:
                 if f"127.0.0.1:{node.port}" in down:
                     node.kill()

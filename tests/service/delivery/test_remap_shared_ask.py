@@ -21,7 +21,7 @@ from service.delivery import Delivery, keys, remap
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.service.failover import TIMEOUT_S, map_reads, paced
+from tests.service.failover import TIMEOUT_S, answering, map_reads, paced
 
 pytestmark = pytest.mark.slow
 CALLS = 5  # reports in flight on the dead master
@@ -38,8 +38,11 @@ def one_dead(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[RedisCluste
         key = keys.schedule_keys("s0").meta
         port = clients[0].get_node_from_key(key).port  # type: ignore[no-untyped-call]
         next(node for node in local.nodes if node.port == port).kill()
+        live = [node.port for node in local.nodes if node.port != port]
+        for client in clients:  # a live master's ask waited for: a late answer is no silence
+            answering(client, *(node.name for node in client.get_primaries() if node.port in live))  # type: ignore[no-untyped-call]
         try:
-            yield clients, key, [node.port for node in local.nodes if node.port != port]
+            yield clients, key, live
         finally:
             for client in clients:
                 client.close()
