@@ -1,7 +1,7 @@
 """Spies on a real session: what it was asked to do, recorded as it does it. The drain and shutdown
 tests read from them the bound each hand-back was given, which no counter or log line says; the runner
 tests, how many items the sidecar had started at once, the moment it started its n-th, and the moment
-its first request reached the engine."""
+its first (or n-th) request reached the engine."""
 
 from __future__ import annotations
 
@@ -64,13 +64,20 @@ def first_generation(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) 
     while the engine holds it. A lease lost or a schedule wiped then is lost or wiped mid-generation,
     not at a poll of Redis's ``running`` count, which a poll late on a loaded host (the ~0.5 s item
     already done) never saw again. ``then`` may block (a Redis call): the engine waits for it."""
+    generation_at(monkeypatch, 1, then)
+
+
+def generation_at(monkeypatch: pytest.MonkeyPatch, at: int, then: Callable[[], None]) -> None:
+    """``first_generation`` at the ``at``-th request: every request before it has reached the engine
+    too, so each was started by its sidecar (a sidecar in a process of its own, whose holdings a test
+    cannot reach)."""
     generate = SimulatedEngine.generate
     seen = 0
 
     async def spied(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
         nonlocal seen
         seen += 1
-        if seen == 1:
+        if seen == at:
             then()
         return await generate(engine, prompt_tokens, output_tokens)
 

@@ -32,6 +32,7 @@ from tests.service.sidecar.procs import (
     wait_finished,
     wait_until,
 )
+from tests.service.sidecar.spies import generation_at
 
 pytestmark = pytest.mark.slow
 
@@ -113,19 +114,21 @@ def _log_mentions(path: Path, *texts: str) -> bool:
 
 
 def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued_for_others(
-    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+    redis_client: redis.Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """SIGTERM as the second item reaches the engine (``generation_at``), both then started: sent once
+    Redis counted two leases running, it came once (a run at load 11-40) before the sidecar had sent
+    either to the engine, and both were released as unstarted ((0, 2) for (2, 0))."""
     delivery = Delivery.from_url(redis_url)
     items = [item("term", i, 12_000) for i in range(4)]  # ~1 s each
     with cluster(tmp_path) as procs:
         url = procs.engine_threads({"engine": 0.01})["engine"]
         sidecar = procs.sidecar("w0", url, redis_url, "--max-num-seqs", "2")
+        generation_at(monkeypatch, 2, lambda: sidecar.signal(signal.SIGTERM))
         # leases long enough that a loaded host cannot let one lapse while the two items finish
         # (with the 1 s fault-test default, a clean-clone CI run under load saw one refused as stale)
         publish(delivery, "term", {"w0": items}, lease_ttl_ms=10_000)
-        wait_until(lambda: delivery.progress("term").running == 2, PROCESS_START_S)
-        sidecar.signal(signal.SIGTERM)
-        stats = sidecar.stats()
+        stats = sidecar.stats(PROCESS_START_S + 30.0)
         assert sidecar.popen.returncode == 0
     progress = delivery.progress("term")
     assert (stats["accepted"], stats["released"]) == (2, 0)
