@@ -1,20 +1,27 @@
 """Placement for the lengths as they may turn out: how late each device kind runs on draws.
 
 Why. List scheduling balances each worker's load estimate, and the plan's orders are then hedged on
-a draw of the lengths (``scheduler.policies.robust_order``). How far a worker's finish moves when
-the lengths differ from their predictions is not the same for every device kind: on the headline
-replay (long-cot 4,096 x 16, 8 H100 + 8 Ascend 910B, projected-peak admission) the plans' point
-finishes were level at ~943 s, while on draws of the lengths the H100s finished 4-8% earlier and
-the Ascends 2-5% later. A smaller, slower cache has less room for the items that outrun their
-predictions. The true lengths agreed: an Ascend ended last in every step.
+a draw of the lengths (``scheduler.policies.robust_order``). How far a worker's finish moves from
+that estimate is not the same for every device kind, for two reasons. The lengths: a smaller,
+slower cache has less room for the items that outrun their predictions (on the headline replay,
+long-cot 4,096 x 16, 8 H100 + 8 Ascend 910B, projected-peak admission, the H100s finished 4-8%
+before their point plays on draws and the Ascends 2-5% after). And the estimate itself: it counts
+no drain after the last admission, when the longest runs go on with the cache emptying, about the
+same number of steps on either kind and so 7% of an H100's time and 12% of a 910B's there (docs/
+experiments.md, kinds63). An Ascend ended last in every step.
 
 How. When every trajectory carries its p50 and p90 and the pool has more than one device kind, the
 hedged plan is played on ``DRAWS`` draws of the lengths as the engine will run it
 (``robust_order.drawn_finish``: admission on the planned lengths, ends by the draw). Each kind's
-mean drawn over point finish, relative to the earliest kind's, scales its workers' load estimates
+mean drawn finish over each queue's load estimate (``estimates``: ``load.time_with``, what
+``lpt_assignment`` balances), relative to the earliest kind's, scales its workers' load estimates
 (``kind_scales``); ``lpt.calibrated`` places the batch again on those estimates, orders and hedges
-the new plan like the first, and keeps it. The rule: docs/solver.md, "Placement for lengths that are
-not known: each kind's lateness"; its figures: docs/experiments.md, Replay, "Each kind's lateness".
+the new plan like the first, and keeps it. The ratio is over the estimate, not the point finish,
+because the plan placed again balances estimate x scale: only drawn over estimate makes that
+product the drawn finish. Over the point finish the estimate's own miss by kind was in no scale, so
+the kinds "agreed", or were scaled short, while it was there (1.31% later over 28 seeds of the
+headline). The rule: docs/solver.md, "Placement for lengths that are not known: each kind's
+lateness"; its figures: docs/experiments.md, Replay, "Each kind's lateness", and kinds63.
 
 The new plan is not compared with the first on the draws: over two to four draws that comparison
 preferred the first plan in 11 of 12 steps where the true lengths preferred the second in 10 (the
@@ -35,12 +42,13 @@ from scheduler import clock
 from scheduler.at_once import ends_at_once
 from scheduler.finish_draws import closed_forms
 from scheduler.policies.base import Placement
+from scheduler.policies.load import Load, time_with
 from scheduler.policies.problem import Problem, worker_kinds
 from scheduler.policies.robust import Spread, draw_matrix
 from scheduler.policies.robust_order import drawn_finish
 
 DRAWS = 2  # draws judging each kind's lateness (each plays every queue once)
-AGREED = 0.01  # kinds within 1% of each other on the draws: placing again would change little
+AGREED = 0.01  # kinds within 1% of each other on drawn over estimate: placing again would change little
 SEED_OFFSET = 1_000  # draws independent of the hedge's, from the same request seed
 HOPELESS = 2.0  # give up on the draws only when their pace projects this many times the time left:
 # queues differ in size, so the projection is rough, and a start that fails costs only time
@@ -55,14 +63,14 @@ def kind_scales(
     deadline: float,
     after_plays: int = 0,
 ) -> list[float] | None:
-    """Per worker, its kind's mean drawn over point finish divided by the least kind's (so the
-    earliest kind keeps 1.0); None when every kind is within ``AGREED`` of the least, or when the
-    plays might end past ``deadline``: the next worker's (as long as the slowest so far), or, from
-    the pace of the workers played so far, clearly (``HOPELESS``) the rest of them and then
-    ``after_plays`` more plays of every queue, what the caller does with the scales. Without that
-    projection a budget too short for the caller's plays was spent on draws it could not use: 47
-    of the service's 80 ms at 1,024 x 16, for a plan then returned as it was. Workers are played
-    one kind after another in turn, so the pace mixes the kinds from the start.
+    """Per worker, its kind's mean drawn finish over load estimate (``estimates``) divided by the
+    least kind's (so the earliest kind keeps 1.0); None when every kind is within ``AGREED`` of the
+    least, or when the plays might end past ``deadline``: the next worker's (as long as the slowest
+    so far), or, from the pace of the workers played so far, clearly (``HOPELESS``) the rest of them
+    and then ``after_plays`` more plays of every queue, what the caller does with the scales.
+    Without that projection a budget too short for the caller's plays was spent on draws it could
+    not use: 47 of the service's 80 ms at 1,024 x 16, for a plan then returned as it was. Workers
+    are played one kind after another in turn, so the pace mixes the kinds from the start.
 
     Queues that run at once on the planned lengths take their draws in one vectorised pass first
     (``_at_once_means``, the same finishes to the last bit); only the others are played one by one
@@ -70,8 +78,8 @@ def kind_scales(
     if clock.now() > deadline:
         return None
     draws = draw_matrix(spread, np.random.default_rng(seed + SEED_OFFSET), DRAWS)
-    finishes = placement.finish_s or problem.finishes(placement.queues, reserve)
-    timed = [w for w, queue in enumerate(placement.queues) if queue and finishes[w] > 0]
+    estimated = estimates(problem, placement.queues)
+    timed = [w for w, queue in enumerate(placement.queues) if queue and estimated[w] > 0]
     known = _at_once_means(problem, placement.queues, timed, draws, reserve)
     rows: list[list[int]] = draws.tolist()
     kinds = worker_kinds(problem.costs, problem.active)
@@ -80,7 +88,7 @@ def kind_scales(
     slowest, spent, played = 0.0, 0.0, 0
     for k, w in _interleaved(kinds):
         if w in known:
-            ratios[k].append(known[w] / finishes[w])
+            ratios[k].append(known[w] / estimated[w])
             continue
         if w not in timed:
             continue
@@ -90,10 +98,24 @@ def kind_scales(
         if started + slowest > deadline or ahead > HOPELESS * (deadline - started):
             return None
         queue = list(placement.queues[w])
-        ratios[k].append(drawn_finish(problem, problem.costs[w], queue, rows, reserve) / finishes[w])
+        ratios[k].append(drawn_finish(problem, problem.costs[w], queue, rows, reserve) / estimated[w])
         took = clock.now() - started
         slowest, spent, played = max(slowest, took), spent + took, played + 1
     return _scales(len(problem.costs), kinds, ratios)
+
+
+def estimates(problem: Problem, queues: Sequence[Sequence[int]]) -> list[float]:
+    """Each queue's load estimate on its worker (``load.time_with`` of its trajectories' totals on
+    the planned lengths): what ``lpt_assignment(problem, scale=...)`` balances, times the scale.
+
+    Why this and not the plan's point finish. Placing again levels estimate x scale, so the scale
+    that makes that product the drawn finish is drawn over estimate. The point finish departs from
+    the estimate by a share that differs by kind (the drain the estimate does not count: F/L 1.07 on
+    an H100, 1.12 on a 910B at the headline's oracle), and a scale read over it leaves that share
+    out. From the trajectories' totals (``Problem.item_totals``), not units, since a queue lists
+    trajectories; equal to ``load.load_of`` where every unit is one trajectory."""
+    pairs = zip(problem.costs, queues, strict=True)
+    return [time_with(cost, Load(*problem.item_totals(queue))) for cost, queue in pairs]
 
 
 def _at_once_means(

@@ -15,10 +15,11 @@ from scheduler.policies import bandsearch, robust, robust_place
 from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies import lpt as lpt_module
 from scheduler.policies.base import Placement
+from scheduler.policies.load import Load, time_with
 from scheduler.policies.lpt import calibrated, ordered
 from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.problem import Problem, build_problem, worker_kinds
-from scheduler.policies.robust import spreads
+from scheduler.policies.robust import draw_matrix, spreads
 from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
@@ -79,11 +80,61 @@ def test_a_kind_that_runs_later_on_the_draws_than_planned_is_scaled_by_how_much(
 
 
 def test_with_no_spread_the_draws_are_the_predictions_and_no_kind_is_scaled() -> None:
-    request = _request(1.0)
+    request = _request(1.0)  # every queue runs at once: its load estimate is its play, on either kind
     problem, placement = _hedged_lpt(request)
     spread = spreads(request.trajectories)
     assert spread is not None
     assert kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER) is None
+
+
+def _kv_tight(h100_kv: int, ascend_kv: int) -> PlanRequest:
+    """``_request`` with p90 = p50 (every draw is the predictions) on caches that bind on both kinds."""
+    request = _request(1.0)
+    workers = tuple(
+        dataclasses.replace(w, kv_capacity_tokens=h100_kv if w.worker_id.startswith("h100") else ascend_kv)
+        for w in request.inventory.workers
+    )
+    return dataclasses.replace(request, inventory=dataclasses.replace(request.inventory, workers=workers))
+
+
+def _kind_gap(problem: Problem, placement: Placement, spread: robust.Spread) -> float:
+    """How far apart the two kinds' last workers end, each worker at its mean over four draws."""
+    rows: list[list[int]] = draw_matrix(spread, np.random.default_rng(5), 4).tolist()
+    drawn = [
+        drawn_finish(problem, problem.costs[w], list(q), rows, True) for w, q in enumerate(placement.queues)
+    ]
+    return abs(max(drawn[:2]) - max(drawn[2:]))
+
+
+@pytest.mark.parametrize(("h100_kv", "ascend_kv"), [(150_000, 110_000), (200_000, 150_000)])
+def test_each_kind_is_scaled_by_how_far_its_play_runs_past_its_load_estimate(
+    h100_kv: int, ascend_kv: int
+) -> None:
+    """The draws here are the point predictions, so over the point finish (before calL63) every kind
+    read 1.0, "agreed", and the plan stayed as it was, its kinds apart by what the load estimate
+    misses on each (the drain after the last admission, not the same share of either kind's time).
+    Over the estimate, what placing again balances, the kind whose play runs further past its
+    estimate gets the larger scale, by that miss, and the plan placed again ends the kinds closer.
+    At 150k/110k tokens the Ascends miss more (as on the long-cot headline); at 200k/150k the
+    Ascends run at once, their estimate exact, and the H100s miss more."""
+    request = _kv_tight(h100_kv, ascend_kv)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    load = [
+        time_with(c, Load(*problem.item_totals(q)))
+        for c, q in zip(problem.costs, placement.queues, strict=True)
+    ]
+    miss = [sum(placement.finish_s[w] / load[w] for w in kind) / 2 for kind in (range(2), range(2, 4))]
+    assert abs(miss[1] / miss[0] - 1.0) > robust_place.AGREED  # the kinds' estimates miss by different shares
+    scale = kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER)
+    assert scale is not None
+    assert scale[0] == scale[1]
+    assert scale[2] == scale[3]
+    assert scale[2] / scale[0] == pytest.approx(miss[1] / miss[0], rel=1e-9)
+    again = calibrated(problem, request, placement, spread, time.perf_counter() + LATER)
+    assert again is not placement
+    assert _kind_gap(problem, again, spread) < 0.5 * _kind_gap(problem, placement, spread)
 
 
 def test_the_late_kind_is_given_less_work_and_the_new_plan_is_hedged() -> None:
@@ -124,12 +175,13 @@ def test_lpt_and_cpsat_both_return_the_calibrated_plan() -> None:
 
 
 def _one_by_one(problem: Problem, placement: Placement, spread: robust.Spread) -> list[float] | None:
-    """``kind_scales`` as it was first written: every queue played by the event loop on each draw."""
+    """``kind_scales`` as it was first written: every queue played by the event loop on each draw
+    (each kind's lateness over the queues' load estimates, as since calL63)."""
     rng = np.random.default_rng(robust_place.SEED_OFFSET)  # request seed 0
     draws = [robust.draw_steps(spread, rng) for _ in range(robust_place.DRAWS)]
     kinds = worker_kinds(problem.costs, problem.active)
     ratios: list[list[float]] = [[] for _ in kinds]
-    finishes = placement.finish_s
+    finishes = robust_place.estimates(problem, placement.queues)
     for k, w in robust_place._interleaved(kinds):
         if placement.queues[w] and finishes[w] > 0:
             queue = list(placement.queues[w])
