@@ -201,7 +201,8 @@ def calibrated(
     lpt_waves: int = 0,
 ) -> Placement:
     """``placement`` (hedged) placed again by LPT with each device kind's estimates scaled by how
-    late that kind runs on draws of the lengths (``scheduler.policies.robust_place``), then ordered
+    late that kind runs on draws of the lengths against those estimates (drawn over estimate, so
+    that scaled estimate is the drawn finish: ``scheduler.policies.robust_place``), then ordered
     and hedged; ``placement`` itself without quantiles, with one kind, when the kinds agree, or when
     the new plan would not be hedged before ``deadline`` (an unhedged plan is never returned).
 
