@@ -21,7 +21,7 @@ from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
-from tests.scripts_sent import count_scripts
+from tests.scripts_sent import Calls, count_scripts
 from tests.service.failover import TIMEOUT_S
 from tests.service.sidecar.procs import item, publish
 
@@ -64,21 +64,7 @@ def _leases(delivery: Delivery) -> list[Lease]:
 def test_a_walk_on_a_cluster_wholly_down_raises_at_its_first_schedule(
     cluster: LocalCluster, learns: bool
 ) -> None:
-    delivery = Delivery(
-        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
-    )
-    leases = _leases(delivery)
-    client = delivery.client
-    client.nodes_manager._topology_refresh_min_interval = 0.0  # type: ignore[union-attr]
-    for node in cluster.nodes:
-        node.kill()
-    sent = count_scripts(client)
-    reach = Reach(client, delivery.prefix, learns=learns)
-    try:
-        with pytest.raises(RedisClusterUnreachableError):
-            delivery.heartbeat_reaching(leases, None, reach)
-    finally:
-        client.close()
+    sent, reach = _walk_on_a_dead_cluster(cluster, learns, refresh_due=True)
     assert len(sent) == 1  # the first schedule's beat; the rest passed over, unasked
     assert not reach.reached
 
@@ -92,22 +78,7 @@ def test_a_learning_walk_whose_own_read_of_the_map_reaches_no_node_raises_at_its
     none is: the walk raises ``RedisClusterUnreachableError`` at its first schedule. Before, the read
     was kept as the master's ``ConnectionError``, which ``Reach.missed`` took for one master's: the
     walk passed the rest over and returned, its outage left to the caller's ``Reach.outage`` (edges63)."""
-    delivery = Delivery(
-        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
-    )
-    leases = _leases(delivery)
-    client = delivery.client
-    client.nodes_manager._topology_refresh_min_interval = 3600.0  # type: ignore[union-attr]
-    client.nodes_manager.initialize()  # type: ignore[union-attr]
-    for node in cluster.nodes:
-        node.kill()
-    sent = count_scripts(client)
-    reach = Reach(client, delivery.prefix, learns=True)
-    try:
-        with pytest.raises(RedisClusterUnreachableError):
-            delivery.heartbeat_reaching(leases, None, reach)
-    finally:
-        client.close()
+    sent, reach = _walk_on_a_dead_cluster(cluster, True, refresh_due=False)
     assert len(sent) == 1
     assert not reach.reached
 
@@ -121,3 +92,30 @@ def test_a_walk_that_reached_some_passes_every_schedule_over_after_it(cluster_cl
     reach.missed("s0", error)
     assert all(reach.passed_over(f"s{n}") for n in range(1, 20))
     assert set(reach.missing.values()) == {error}
+
+
+def _walk_on_a_dead_cluster(cluster: LocalCluster, learns: bool, refresh_due: bool) -> tuple[Calls, Reach]:
+    """A heartbeat walk (``learns``) or a claim's over ``_leases`` after every master is killed, which
+    must raise ``RedisClusterUnreachableError``: the scripts it sent, and its ``Reach``. With
+    ``refresh_due`` the client's own map refresh is due at the first failure (production's beat);
+    without, the client read its map just now, so only the walk's own read (``Remap.moved``) meets
+    the dead cluster."""
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    leases = _leases(delivery)
+    client = delivery.client
+    nodes = client.nodes_manager  # type: ignore[union-attr]
+    nodes._topology_refresh_min_interval = 0.0 if refresh_due else 3600.0
+    if not refresh_due:
+        nodes.initialize()
+    for node in cluster.nodes:
+        node.kill()
+    sent = count_scripts(client)
+    reach = Reach(client, delivery.prefix, learns=learns)
+    try:
+        with pytest.raises(RedisClusterUnreachableError):
+            delivery.heartbeat_reaching(leases, None, reach)
+    finally:
+        client.close()
+    return sent, reach
