@@ -2,7 +2,9 @@
 remembers: a Ctrl-C in the block still reaches the handler the command had (remembered too), one a
 background job ignores stays ignored, the handler is put back on the way out, a Ctrl-C answered in
 one block is not raised again after it, and the replay's pool remembers one Python dropped. And a
-Ctrl-C another thread took while a worker was spawned is raised once the spawn is done.
+Ctrl-C another thread took while a worker was spawned is raised once the spawn is done. Nested, an
+inner block is the outer's own: it had cleared what was remembered as it started and as it ended, so a
+Ctrl-C Python dropped before or inside it was forgotten and the command ran on (edges63).
 
 Round 61's tests drove the block only with Python's own handler, inside it, with ``remembered_sigint``
 called directly: each of these could change unseen (mutants62).
@@ -157,3 +159,31 @@ def _a_process_ctrl_c_during_a_spawn() -> None:
         signal.set_wakeup_fd(before)
         taken.close()
         wakeup.close()
+
+
+def test_a_ctrl_c_dropped_before_an_inner_block_is_remembered_through_it() -> None:
+    with remembered_sigint():
+        assert _ctrl_c()
+        with remembered_sigint():
+            assert _remembered()
+        assert _remembered()
+    assert not _remembered()
+
+
+def test_a_ctrl_c_dropped_in_an_inner_block_is_remembered_by_the_outer_after_it() -> None:
+    with remembered_sigint():
+        with remembered_sigint():
+            assert _ctrl_c()
+        assert _remembered()
+    assert not _remembered()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_inner_block_still_raises_a_ctrl_c_and_the_handler_is_put_back_once() -> None:
+    with remembered_sigint():
+        handler = signal.getsignal(signal.SIGINT)
+        with remembered_sigint():
+            assert _ctrl_c()
+            assert signal.getsignal(signal.SIGINT) is handler
+        assert signal.getsignal(signal.SIGINT) is handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
