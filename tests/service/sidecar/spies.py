@@ -1,10 +1,13 @@
 """Spies on a real session: what it was asked to do, recorded as it does it. The drain and shutdown
 tests read from them the bound each hand-back was given, which no counter or log line says; the runner
 tests, how many items the sidecar had started at once, the moment it started its n-th, and the moment
-its first (or n-th) request reached the engine."""
+its first (or n-th) request reached the engine, which the engine can also be made to hold until the
+sidecar has done what the test waits for."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,9 +38,11 @@ class MostStarted(Holdings):
     (~0.15 s) can finish before the last arrives."""
 
     most: int = 0
+    starts: int = 0  # items started so far: what a ``held_generation`` can wait for
 
     def start(self, held: Held) -> None:
         super().start(held)
+        self.starts += 1
         self.most = max(self.most, self.in_flight())
 
 
@@ -82,3 +87,28 @@ def generation_at(monkeypatch: pytest.MonkeyPatch, at: int, then: Callable[[], N
         return await generate(engine, prompt_tokens, output_tokens)
 
     monkeypatch.setattr(SimulatedEngine, "generate", spied)
+
+
+def held_generation(
+    monkeypatch: pytest.MonkeyPatch, at: int, until: Callable[[], bool], bound_s: float = 10.0
+) -> None:
+    """Hold the ``at``-th request at an engine-sim served from this process (``procs.engine_threads``)
+    until ``until()`` holds, then generate it: the sidecar counts the item running meanwhile, and
+    what it decides beside it is decided while it runs, whenever its loop gets there, not in a
+    window of the wall clock that a loop starved on a loaded host misses. ``until`` is asked every
+    5 ms on the engine's loop, which keeps serving the other requests; ``bound_s`` ends the hold
+    where it never holds (a sidecar that never does it: the test then fails on its asserts, not its
+    timeout)."""
+    generate = SimulatedEngine.generate
+    seen = 0
+
+    async def held(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
+        nonlocal seen
+        seen += 1
+        if seen == at:
+            ends = time.monotonic() + bound_s
+            while not until() and time.monotonic() < ends:
+                await asyncio.sleep(0.005)
+        return await generate(engine, prompt_tokens, output_tokens)
+
+    monkeypatch.setattr(SimulatedEngine, "generate", held)

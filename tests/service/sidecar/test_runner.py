@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -26,7 +27,7 @@ from service.sidecar.session_settings import SessionStats
 from service.sidecar.timings import Durations
 from tests.service.sidecar.procs import item, publish, run_until, tally
 from tests.service.sidecar.push_runner import push_sidecar
-from tests.service.sidecar.spies import MostStarted, Started, first_generation
+from tests.service.sidecar.spies import MostStarted, Started, first_generation, held_generation
 
 
 def _engine_stats(url: str) -> dict[str, int]:
@@ -94,18 +95,34 @@ def test_the_generation_histogram_tells_apart_items_of_many_minutes() -> None:
 
 @pytest.mark.parametrize(("kv_admission", "most_together"), [(True, 2), (False, 4)])
 def test_kv_admission_runs_together_only_what_fits_the_engine_cache(
-    redis_client: redis.Redis, redis_url: str, engine_url: str, kv_admission: bool, most_together: int
+    redis_client: redis.Redis,
+    redis_url: str,
+    engine_url: str,
+    kv_admission: bool,
+    most_together: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Counted where the sidecar starts items, not read off the engine's largest batch: the four
     requests started together reach the engine one by one, and on a loaded host the first (~0.15 s)
     can finish before the last arrives (the sidecar had started 4, the engine's max_running was 3:
-    once at load ~40, once in 15 runs under 20 CPU burners)."""
+    once at load ~40, once in 15 runs under 20 CPU burners).
+
+    When a second joins the one running is a condition, not a moment of the wall clock: the sidecar
+    estimates a running item's progress from its decode rate and the time since it started
+    (``Holdings.can_start``), an estimate that stops at the item's cap, and the engine holds the
+    second item's request until the sidecar has started a third (``spies.held_generation``). On
+    uncapped items the third fitted only while the second was estimated past 1,200 of its 2,000
+    tokens and not yet ended, ~60 ms of a ~0.15 s run: a sidecar loop starved past it started every
+    item alone (``assert 1 == 2``, once at load 16-37)."""
     delivery = Delivery.from_url(redis_url)
-    # 100 + 2,000 tokens each, predicted exactly, 3,000 tokens of cache: a second fits beside the first
-    # only once the first is past 1,200 tokens (both then peak under 3,000), a third never does.
-    items = [item(f"p{i}", 0, 2000, predicted=2000) for i in range(4)]
+    # 100 + 2,000 tokens each, predicted exactly and capped there, 3,200 tokens of cache: a second fits
+    # beside one running once that one is estimated past 1,000 tokens, and from then on (at its cap,
+    # 2,100 tokens, it is expected to run a quarter more: a peak of 2,600 + 600), a third never does.
+    items = [replace(item(f"p{i}", 0, 2000, predicted=2000), max_new_tokens=2000) for i in range(4)]
     publish(delivery, "kv", {"w0": items}, kv_admission=kv_admission)
-    holdings = MostStarted(8, 3000)
+    holdings = MostStarted(8, 3200)
+    # the first runs alone (no decode rate before it ends: 2 x 2,100 reserved is past 3,200), so the second
+    held_generation(monkeypatch, 2, lambda: holdings.starts >= 3)
     stats = run_until(push_sidecar(redis_url, engine_url, holdings=holdings), _finished(delivery, "kv"))
     assert stats.accepted == 4
     assert holdings.most == most_together
