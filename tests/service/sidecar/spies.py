@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -76,17 +76,11 @@ def generation_at(monkeypatch: pytest.MonkeyPatch, at: int, then: Callable[[], N
     """``first_generation`` at the ``at``-th request: every request before it has reached the engine
     too, so each was started by its sidecar (a sidecar in a process of its own, whose holdings a test
     cannot reach)."""
-    generate = SimulatedEngine.generate
-    seen = 0
 
-    async def spied(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
-        nonlocal seen
-        seen += 1
-        if seen == at:
-            then()
-        return await generate(engine, prompt_tokens, output_tokens)
+    async def call() -> None:
+        then()  # a plain call on the engine's loop, which waits for it (it may block on Redis)
 
-    monkeypatch.setattr(SimulatedEngine, "generate", spied)
+    _before_request(monkeypatch, at, call)
 
 
 def held_generation(
@@ -99,16 +93,27 @@ def held_generation(
     5 ms on the engine's loop, which keeps serving the other requests; ``bound_s`` ends the hold
     where it never holds (a sidecar that never does it: the test then fails on its asserts, not its
     timeout)."""
+
+    async def hold() -> None:
+        ends = time.monotonic() + bound_s
+        while not until() and time.monotonic() < ends:
+            await asyncio.sleep(0.005)
+
+    _before_request(monkeypatch, at, hold)
+
+
+def _before_request(monkeypatch: pytest.MonkeyPatch, at: int, before: Callable[[], Awaitable[None]]) -> None:
+    """Await ``before()`` as the ``at``-th request reaches an engine-sim served from this process,
+    on the engine's loop, before it generates that request: the one counting wrapper of
+    ``SimulatedEngine.generate`` that ``generation_at`` and ``held_generation`` share."""
     generate = SimulatedEngine.generate
     seen = 0
 
-    async def held(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
+    async def spied(engine: SimulatedEngine, prompt_tokens: int, output_tokens: int) -> Generation:
         nonlocal seen
         seen += 1
         if seen == at:
-            ends = time.monotonic() + bound_s
-            while not until() and time.monotonic() < ends:
-                await asyncio.sleep(0.005)
+            await before()
         return await generate(engine, prompt_tokens, output_tokens)
 
-    monkeypatch.setattr(SimulatedEngine, "generate", held)
+    monkeypatch.setattr(SimulatedEngine, "generate", spied)
