@@ -95,9 +95,9 @@ class StepKeeper:
     def hold(self, ctx: Context, kept: Kept, life_s: float) -> None:
         """Keep ``kept``, written to lapse ``life_s`` from now, live until ``let_go``; the thread (of
         a keeper that ``ticks_itself``) starts if none runs: also where the last one ended on a
-        ``BaseException`` (a ``SystemExit`` raised in it), which ``_run`` does not catch, and which left
-        ``_thread`` set, so no later hold started another and every mark and entry lapsed under its
-        live request (review48b)."""
+        ``BaseException`` (a ``SystemExit`` raised in it), which ends ``_run``: it had left ``_thread``
+        set, so no later hold started another and every mark and entry lapsed under its live request
+        (review48b)."""
         now = time.monotonic()
         with self._lock:
             self._held[kept] = _Held(ctx, now + life_s, now + LONGEST_S)
@@ -153,9 +153,9 @@ class StepKeeper:
             self._changed.wait_for(
                 lambda: self._thread is not thread or bool(self._held) or not thread.is_alive(), timeout_s
             )
-            if self._thread is thread:  # something kept, or the time up: it ticks on; else a
-                return not thread.is_alive()  # ``BaseException`` ended it (``hold``), none running
-        thread.join(timeout_s)  # it ended under the lock: only its return is left
+            if self._thread is thread:  # something kept, or the time up: it ticks on (or it had
+                return not thread.is_alive()  # died before the wait: none runs then)
+        thread.join(timeout_s)  # it ended under the lock (``_run``): only its return is left
         return not thread.is_alive()
 
     def held(self) -> int:
@@ -215,6 +215,11 @@ class StepKeeper:
                 self.tick()
             except Exception:  # a bug: logged, the keeper goes on
                 _log.exception("keeping the planning entries and marks failed")
+            except BaseException:  # a ``SystemExit``: the thread ends, as with nothing kept (a ``hold``
+                with self._lock:  # starts another), and a ``settle`` waiting for that end is told
+                    self._thread, self._settling = None, False
+                    self._changed.notify_all()
+                raise
 
 
 def _extended(ctx: Context, due: list[Kept], life_ms: int) -> tuple[list[Kept], list[Kept]]:

@@ -146,3 +146,41 @@ def test_a_hold_between_the_settles_wake_and_the_threads_look_ends_the_settle_at
     thread.join(SETTLE_S)
     assert not thread.is_alive()
     settling.join(SETTLE_S)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
+def test_a_thread_that_dies_of_a_base_exception_while_a_settle_waits_ends_the_wait(
+    keeper: StepKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last let go landed while the thread ticked, the settle then waited for it to end, and the
+    tick raised a ``SystemExit`` (``_run`` lets it end the thread). The settle returns as the thread
+    dies, as its join did before edges63: waiting on a condition nothing told, it waited out its whole
+    timeout for a thread already gone (review64)."""
+    ticking, go_on = threading.Event(), threading.Event()
+
+    def fatal_tick() -> None:
+        ticking.set()
+        go_on.wait(SETTLE_S)
+        raise SystemExit("a tick's fatal error")
+
+    monkeypatch.setattr(keeper, "tick", fatal_tick)
+    thread = _thread(keeper, FIRST)
+    keeper._wake.set()  # an early tick, as a settle's wake that found FIRST kept
+    assert ticking.wait(SETTLE_S)
+    keeper.let_go(FIRST)  # the last let go, mid-tick
+    settled: list[bool] = []
+    settling = threading.Thread(target=lambda: settled.append(keeper.settle(60.0)), daemon=True)
+    settling.start()
+    while not keeper._settling:
+        time.sleep(0.001)
+    with keeper._lock:  # held by the settle from its flag to its wait: it is waiting now
+        pass
+    go_on.set()
+    thread.join(SETTLE_S)
+    assert not thread.is_alive()
+    settling.join(SETTLE_S)
+    still_waiting = settling.is_alive()
+    with keeper._lock:  # a settle left waiting (before the fix) is let go, not left to its 60 s
+        keeper._changed.notify_all()
+    assert not still_waiting, "the settle waited on a thread already ended"
+    assert settled == [True]
