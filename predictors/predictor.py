@@ -138,7 +138,7 @@ class LengthPredictor:
             if unreadable is not None:
                 unreadable(InvalidInputError("model_store", str(store.root), f"cannot be listed ({error})"))
             return False
-        self._retired = {v: seen for v, seen in self._retired.items() if v in versions}  # pruned: forgot
+        self._retired = {v: seen for v, seen in self._retired.items() if v in versions}  # gone: forgotten
         for version in reversed(versions):
             if version in self._retired and store.identity(version) == self._retired[version]:
                 continue  # refused for its features, and not replaced since: not read again

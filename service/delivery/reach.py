@@ -169,13 +169,14 @@ class Reach:
         node did not answer (the node that did not answer: another's, where the schedule's master
         answered and one of its indexes' did not, ``errors.IndexNodeDown``), or every schedule when a
         node said the cluster is down or the client's own read of the map reached no node
-        (``errors.whole_cluster_down``: reach62); raise it when the
-        walk has reached nothing and that is the cluster down or ``TRIED_DOMAINS`` masters failed.
+        (``errors.whole_cluster_down``: reach62), or the walk's own read did (``_moved``: its
+        ``RedisClusterUnreachableError``, edges63). Where the walk has reached nothing, raise: the
+        cluster-down error (the walk's own read's, not ``error``, the master's), or ``error`` once
+        ``TRIED_DOMAINS`` masters failed.
         A schedule that answered earlier in the walk (its settings read) and fails now is not reached:
         counted as answered, a claim that failed on the only schedule was no outage, an empty answer."""
         self.missing[schedule_id] = error
         self.answered.discard(schedule_id)
-        # a node's "cluster is down", or the client's read reaching none, or the walk's own (``_moved``)
         down = error if whole_cluster_down(error) else self._down
         if down is not None:
             self._down = down

@@ -79,8 +79,11 @@ def test_a_kind_that_runs_later_on_the_draws_than_planned_is_scaled_by_how_much(
     assert scale[2] == scale[3] > 1.1  # the Ascends run later, each kind by one factor
 
 
-def test_with_no_spread_the_draws_are_the_predictions_and_no_kind_is_scaled() -> None:
-    request = _request(1.0)  # every queue runs at once: its load estimate is its play, on either kind
+def test_with_no_spread_where_every_queue_runs_at_once_no_kind_is_scaled() -> None:
+    # the draws are the predictions, and a queue run at once is played as its load estimate says, on
+    # either kind; where the estimate misses (KV-bound queues), a kind is scaled with no spread too
+    # (``test_each_kind_is_scaled_by_how_far_its_play_runs_past_its_load_estimate``)
+    request = _request(1.0)
     problem, placement = _hedged_lpt(request)
     spread = spreads(request.trajectories)
     assert spread is not None
@@ -181,11 +184,11 @@ def _one_by_one(problem: Problem, placement: Placement, spread: robust.Spread) -
     draws = [robust.draw_steps(spread, rng) for _ in range(robust_place.DRAWS)]
     kinds = worker_kinds(problem.costs, problem.active)
     ratios: list[list[float]] = [[] for _ in kinds]
-    finishes = robust_place.estimates(problem, placement.queues)
+    estimated = robust_place.estimates(problem, placement.queues)
     for k, w in robust_place._interleaved(kinds):
-        if placement.queues[w] and finishes[w] > 0:
+        if placement.queues[w] and estimated[w] > 0:
             queue = list(placement.queues[w])
-            ratios[k].append(drawn_finish(problem, problem.costs[w], queue, draws, True) / finishes[w])
+            ratios[k].append(drawn_finish(problem, problem.costs[w], queue, draws, True) / estimated[w])
     return robust_place._scales(len(problem.costs), kinds, ratios)
 
 
