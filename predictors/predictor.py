@@ -141,6 +141,8 @@ class LengthPredictor:
         self._retired = {v: seen for v, seen in self._retired.items() if v in versions}  # gone: forgotten
         for version in reversed(versions):
             if version in self._retired and store.identity(version) == self._retired[version]:
+                if version == self._version:  # the held number refused: kept at every tick as at
+                    return False  # the first, never passed over for the one before (review64)
                 continue  # refused for its features, and not replaced since: not read again
             stamp = store.stamp(version)
             if (version, stamp) == (self._version, self._stamp):

@@ -106,3 +106,26 @@ def test_a_version_put_in_its_place_under_its_number_is_read_and_taken(
     assert predictor.model_version == 2
     assert predictor.model is not None
     assert predictor.model.spec.numeric == ("x",)
+
+
+def test_the_held_version_refused_under_its_number_is_kept_at_every_tick_not_rolled_back(
+    tmp_path: Path, retired: FittedModel, plain: FittedModel
+) -> None:
+    """The held version's folder replaced under its number by one fitted on retired features: the
+    first tick refuses it and keeps the model held (``reload`` never rolls back for what does not
+    read now); remembered as refused, the next ticks passed it over and loaded the version before it
+    (review64), the roll-back the first tick had refused."""
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(plain)
+    told: list[InvalidInputError] = []
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store, told.append)
+    assert predictor.model_version == 2
+    replacement = store.save(retired)  # v3, renamed in as v2
+    shutil.rmtree(store.path(2))
+    store.path(replacement).rename(store.path(2))
+    for _ in range(3):
+        assert not predictor.reload(store, told.append)
+        assert predictor.model_version == 2
+    assert [type(error) for error in told] == [RetiredFeaturesError]
