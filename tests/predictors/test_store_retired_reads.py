@@ -99,9 +99,7 @@ def test_a_version_put_in_its_place_under_its_number_is_read_and_taken(
     predictor = LengthPredictor(History())
     assert predictor.reload(store)
     assert predictor.model_version == 1
-    replacement = store.save(plain)  # v3, then renamed in as v2: a new file under the number passed over
-    shutil.rmtree(store.path(2))
-    store.path(replacement).rename(store.path(2))
+    _put_in_place(store, plain, 2)  # a new file under the number passed over
     assert predictor.reload(store)
     assert predictor.model_version == 2
     assert predictor.model is not None
@@ -122,10 +120,16 @@ def test_the_held_version_refused_under_its_number_is_kept_at_every_tick_not_rol
     predictor = LengthPredictor(History())
     assert predictor.reload(store, told.append)
     assert predictor.model_version == 2
-    replacement = store.save(retired)  # v3, renamed in as v2
-    shutil.rmtree(store.path(2))
-    store.path(replacement).rename(store.path(2))
+    _put_in_place(store, retired, 2)
     for _ in range(3):
         assert not predictor.reload(store, told.append)
         assert predictor.model_version == 2
     assert [type(error) for error in told] == [RetiredFeaturesError]
+
+
+def _put_in_place(store: ModelStore, model: FittedModel, version: int) -> None:
+    """``model`` stored under ``version``'s number in place of what was there: saved as the next
+    version, then renamed in, as an operator's copy would be."""
+    replacement = store.save(model)
+    shutil.rmtree(store.path(version))
+    store.path(replacement).rename(store.path(version))
