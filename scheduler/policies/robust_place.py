@@ -20,8 +20,11 @@ the new plan like the first, and keeps it. The ratio is over the estimate, not t
 because the plan placed again balances estimate x scale: only drawn over estimate makes that
 product the drawn finish. Over the point finish the estimate's own miss by kind was in no scale, so
 the kinds "agreed", or were scaled short, while it was there (1.31% later over 28 seeds of the
-headline). The rule: docs/solver.md, "Placement for lengths that are not known: each kind's
-lateness"; its figures: docs/experiments.md, Replay, "Each kind's lateness", and kinds63.
+headline). With p90 = p50 for every trajectory the draws are the predictions and the ratio is the
+point finish over the estimate: the estimate's miss alone, placed again too (on exact lengths 0.7-2.4%
+sooner, on predictions noise: docs/experiments.md, review64). The rule: docs/solver.md, "Placement
+for lengths that are not known: each kind's lateness"; its figures: docs/experiments.md, Replay,
+"Each kind's lateness", and kinds63.
 
 The new plan is not compared with the first on the draws: over two to four draws that comparison
 preferred the first plan in 11 of 12 steps where the true lengths preferred the second in 10 (the
