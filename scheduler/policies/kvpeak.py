@@ -32,9 +32,13 @@ class KvPeaks:
         self.least_prompt = min(problem.prompts, default=0)
 
     def add(self, w: int, unit: Unit) -> None:
-        """Count ``unit`` into ``w``'s queue (units arrive longest first, as ``peak_after`` needs)."""
+        """Count ``unit`` into ``w``'s queue (units arrive longest first, as ``peak_after`` needs).
+        The peak counts the units that start within ``w``'s slots only: past them the queue runs in
+        waves, and what ``fits`` reads is whether it overflowed its cache before that."""
         count, prompts = self.count[w] + len(unit.members), self.prompt_sum[w] + unit.prompt_tokens
-        if len(unit.members) == 1:  # ``peak_after``'s common case, inlined: once a unit placed
+        if self.count[w] >= self.slots[w]:
+            pass  # past its slots: the peak stays what its first slots' sequences made it
+        elif len(unit.members) == 1:  # ``peak_after``'s common case, inlined: once a unit placed
             term = prompts + count * unit.steps
             if term > self.peak[w]:
                 self.peak[w] = term
@@ -43,18 +47,23 @@ class KvPeaks:
         self.count[w], self.prompt_sum[w] = count, prompts
 
     def fits(self, w: int, unit: Unit) -> bool:
-        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added."""
-        count = self.count[w] + len(unit.members)
+        """Whether ``w`` still runs its whole queue at once, without preemption, with ``unit`` added;
+        past its slots, whether it runs in waves of queues that did (its slots' peak within its cache).
+
+        Why a queue over its cache within its slots fits nothing past them either: counted as fitting
+        there, the first such worker to pass its slots took every unit that fitted no other worker at
+        once, while every other worker over its cache yielded to it, whatever its estimate (a band round
+        of the long-cot headline's oracle batch: one H100 with 1,509 units, 2,744 s against lpt's
+        945 s; docs/experiments.md, "bands64"). Not fitting, such workers share by the estimate."""
+        count, limit = self.count[w] + len(unit.members), self.limit[w]
+        if self.peak[w] > limit:
+            return False  # over its cache within its slots: in its waves too
         if count > self.slots[w]:
             # Past its slots a queue runs in waves whatever it holds, and the estimate counts the
             # waves (D / max_num_seqs): yielding here left short-item workers idle a third of the run.
             return True
-        limit = self.limit[w]
         if len(unit.members) == 1:  # the common case, inlined
-            return (
-                self.peak[w] <= limit
-                and self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
-            )
+            return self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
         return self.peak_after(w, unit) <= limit
 
     def peak_after(self, w: int, unit: Unit) -> int:
@@ -77,14 +86,15 @@ class KvPeaks:
 
     def longest_fitting(self, w: int) -> int | None:
         """The most steps a single unit may have and still fit ``w`` (``fits``), for any prompt of
-        the batch; None once one more sequence would pass ``w``'s slots, where every unit fits.
+        the batch; None once one more sequence would pass ``w``'s slots, where every unit fits, unless
+        its queue overflowed its cache within them: 0, nothing fits (``fits``).
 
         Below its slots a unit of ``n`` steps fits only if ``prompt_sum + p + (count + 1) * n <=
         limit``, and no ``p`` is below the batch's least: what ``ListState._park`` parks a worker on.
         """
         after_count = self.count[w] + 1
+        if self.peak[w] > self.limit[w]:
+            return 0  # over its limit already: nothing fits, in its slots or past them
         if after_count > self.slots[w]:
             return None
-        if self.peak[w] > self.limit[w]:
-            return 0  # over its limit already: nothing fits until it runs in waves
         return int((self.limit[w] - self.prompt_sum[w] - self.least_prompt) // after_count)

@@ -131,7 +131,7 @@ def _fused(
                         break
                     if single:
                         c = count[w] + 1
-                        fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
+                        fits = peak[w] <= limit[w] and (c > slots[w] or prompt_sum[w] + p + c * n <= limit[w])
                     else:
                         fits = kv.fits(w, unit)
                     if fits:
@@ -191,7 +191,7 @@ def _fused(
         c = count[worker] + 1
         prompts = prompt_sum[worker] + p
         term = prompts + c * n
-        if term > peak[worker]:
+        if term > peak[worker] and c <= slots[worker]:  # the peak at once: within its slots
             peak[worker] = term
         count[worker], prompt_sum[worker] = c, prompts
         if n > load_steps[worker]:
@@ -203,9 +203,9 @@ def _fused(
         if placed_after < 0.0:
             placed_after = estimates.now(worker)
         h = heap_of[worker]
-        if parks and c + 1 <= slots[worker]:  # ``ListState._park`` with ``longest_fitting`` inline
+        if parks and (c + 1 <= slots[worker] or peak[worker] > limit[worker]):  # ``ListState._park``,
             room = limit[worker] - prompts - least_prompt
-            longest = 0 if peak[worker] > limit[worker] else int(room // (c + 1))
+            longest = 0 if peak[worker] > limit[worker] else int(room // (c + 1))  # ``longest_fitting``
             if longest < n:
                 current[worker], parked_at[worker] = PARKED, placed_after
                 heappush(parked, (-longest, worker))
@@ -252,7 +252,7 @@ def _lowest_band(state: ListState, unit: Unit) -> tuple[int, float] | None:
             break  # a later heap's candidate is no less than its top: every kind's least is settled
         if single:
             c = count[w] + 1
-            fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
+            fits = peak[w] <= limit[w] and (c > slots[w] or prompt_sum[w] + p + c * n <= limit[w])
         else:
             fits = kv.fits(w, unit)
         candidate = top if fits else state.fitting_ahead(h, unit)

@@ -137,7 +137,7 @@ class ListState:
         """
         longest = self.kv.longest_fitting(w)
         if longest is None or longest >= steps:
-            return False  # past its slots every unit fits; or a unit this long still may
+            return False  # past its slots every unit fits (within its cache there); or one this long may
         self.current[w], self.parked_at[w] = PARKED, after
         heapq.heappush(self.parked, (-longest, w))
         return True
@@ -238,7 +238,7 @@ class ListState:
             top = (key, w)  # the heap's live top (``tops[h]``)
             if single:  # ``KvPeaks.fits`` inlined, as in ``_tops``: two calls a unit, ~a fifth of it
                 c = count[w] + 1
-                fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
+                fits = peak[w] <= limit[w] and (c > slots[w] or prompt_sum[w] + p + c * n <= limit[w])
             else:
                 fits = kv.fits(w, unit)
             candidate = top if fits else self.fitting_ahead(h, unit)
@@ -285,7 +285,7 @@ class ListState:
             w = top[1]
             if single:  # ``KvPeaks.fits`` inlined: the common case
                 c = count[w] + 1
-                fits = c > slots[w] or (peak[w] <= limit[w] and prompt_sum[w] + p + c * n <= limit[w])
+                fits = peak[w] <= limit[w] and (c > slots[w] or prompt_sum[w] + p + c * n <= limit[w])
             else:
                 fits = self.kv.fits(w, unit)
             if fits:
