@@ -54,7 +54,8 @@ class KvPeaks:
         there, the first such worker to pass its slots took every unit that fitted no other worker at
         once, while every other worker over its cache yielded to it, whatever its estimate (a band round
         of the long-cot headline's oracle batch: one H100 with 1,509 units, 2,744 s against lpt's
-        945 s; docs/experiments.md, "bands64"). Not fitting, such workers share by the estimate."""
+        945 s; docs/experiments.md, "Band rounds on tight caches"). Not fitting, such workers share
+        by the estimate."""
         count, limit = self.count[w] + len(unit.members), self.limit[w]
         if self.peak[w] > limit:
             return False  # over its cache within its slots: in its waves too

@@ -6,8 +6,9 @@ waves anyway. On a batch where every cache is tight (long chains of thought near
 that fit no worker at once went to the least loaded; the first of those to pass its slots then
 "fitted" every unit, while every other worker over its cache yielded to it, and it took every unit
 left (the headline's oracle batch, seed 1 step 3: one H100 with 1,509 units, a round at 2,744 s against
-lpt's 945 s; docs/experiments.md, "bands64"). A queue that overflowed its cache within its slots is
-past it in its waves too: it stays one that does not fit, and such workers share by the estimate.
+lpt's 945 s; docs/experiments.md, "Band rounds on tight caches"). A queue that overflowed its cache
+within its slots is past it in its waves too: it stays one that does not fit, and such workers share
+by the estimate.
 """
 
 from __future__ import annotations
