@@ -20,6 +20,7 @@ CTX = cast(Context, SimpleNamespace())  # never read: no tick comes within the t
 FIRST, SECOND = InFlight("s", "first"), InFlight("s", "second")
 IDLE_S = 0.5  # after a let go: far less than a tick (15 s)
 SETTLE_S = 5.0  # what a stop may give the keeper
+LONG_S = 60.0  # a settle's timeout far past any wait it should make: one that waits it out fails
 
 
 def _thread(keeper: StepKeeper, kept: InFlight) -> threading.Thread:
@@ -184,3 +185,46 @@ def test_a_thread_that_dies_of_a_base_exception_while_a_settle_waits_ends_the_wa
         keeper._changed.notify_all()
     assert not still_waiting, "the settle waited on a thread already ended"
     assert settled == [True]
+
+
+def test_a_settle_returns_as_the_thread_lets_go_not_at_its_timeout(
+    keeper: StepKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The woken thread that finds nothing kept gives up its place and tells the settle, which then
+    waits only for it to be gone: not for the whole timeout an app's stop allows. Here the thread is
+    slow to be gone (a loaded host) after it gave up its place: the settle still returns as it ends."""
+    run = keeper._run
+
+    def slow_to_be_gone() -> None:
+        run()
+        time.sleep(IDLE_S)
+
+    monkeypatch.setattr(keeper, "_run", slow_to_be_gone)
+    thread = _thread(keeper, FIRST)
+    keeper.let_go(FIRST)
+    started = time.monotonic()
+    assert keeper.settle(LONG_S)
+    assert time.monotonic() - started < LONG_S / 2
+    assert not thread.is_alive()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
+def test_a_settle_after_the_thread_died_of_a_base_exception_says_none_runs_at_once(
+    keeper: StepKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``BaseException`` (a ``SystemExit`` in a tick; ``_run`` catches ``Exception``) ends the thread
+    with its place still taken (``hold`` starts another). A settle then finds no thread to wait for:
+    it says none runs, at once, rather than waiting out its timeout for an end no one will tell."""
+
+    def fatal() -> None:
+        raise SystemExit("a tick's fatal error")
+
+    monkeypatch.setattr(keeper, "tick", fatal)
+    thread = _thread(keeper, FIRST)
+    keeper._wake.set()  # it looks now, finds FIRST kept, and its tick raises
+    thread.join(SETTLE_S)
+    assert not thread.is_alive()
+    keeper.let_go(FIRST)
+    started = time.monotonic()
+    assert keeper.settle(LONG_S)
+    assert time.monotonic() - started < LONG_S / 2
