@@ -133,3 +133,70 @@ def _put_in_place(store: ModelStore, model: FittedModel, version: int) -> None:
     replacement = store.save(model)
     shutil.rmtree(store.path(version))
     store.path(replacement).rename(store.path(version))
+
+
+def test_a_damaged_version_is_read_again_once_its_files_are_whole_under_the_same_metadata(
+    tmp_path: Path, plain: FittedModel
+) -> None:
+    """Only a version refused for its features is remembered: one that does not load for damage (a
+    booster half copied) may be unreadable only now, and its ``metadata.json`` is the same file once
+    the booster is whole again. It is read at the next tick and taken, as before round 63."""
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(plain)
+    booster = store.path(2) / "p50.txt"
+    whole = booster.read_bytes()
+    booster.write_bytes(whole[: len(whole) // 2])  # a copy half done
+    told: list[InvalidInputError] = []
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store, told.append)
+    assert predictor.model_version == 1
+    assert len(told) == 1
+    booster.write_bytes(whole)
+    assert predictor.reload(store, told.append)
+    assert predictor.model_version == 2
+
+
+def test_a_rollback_below_a_version_passed_over_takes_the_one_before(
+    tmp_path: Path, retired: FittedModel, plain: FittedModel
+) -> None:
+    """The newest version, passed over for its features, is not read again, but the reload goes on to
+    the older ones: the one held removed (an operator's rollback), the one before it is taken."""
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(plain)
+    store.save(retired)
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store)
+    assert predictor.model_version == 2
+    shutil.rmtree(store.path(2))
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+
+
+def test_a_version_replaced_while_it_was_read_is_read_again(
+    tmp_path: Path, retired: FittedModel, plain: FittedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is remembered of a version passed over is its file as it was before the read: one put in
+    its place while the reload read it (a folder renamed in meanwhile) is another file, read next tick."""
+    store = ModelStore(tmp_path)
+    store.save(plain)
+    store.save(retired)
+    load = store.load
+    replaced: list[int] = []
+
+    def replaced_while_read(version: int | None = None) -> tuple[int, FittedModel]:
+        try:
+            return load(version)
+        finally:
+            if version == 2 and not replaced:  # after the read, before the reload looks at it again
+                replaced.append(ModelStore(tmp_path).save(plain))  # v3, renamed in as v2
+                shutil.rmtree(store.path(2))
+                store.path(replaced[0]).rename(store.path(2))
+
+    monkeypatch.setattr(store, "load", replaced_while_read)
+    predictor = LengthPredictor(History())
+    assert predictor.reload(store)
+    assert predictor.model_version == 1
+    assert predictor.reload(store)
+    assert predictor.model_version == 2
