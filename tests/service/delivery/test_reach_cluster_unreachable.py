@@ -9,9 +9,12 @@ one here (reach62; the step keeper's pass had the same gap, flaky62)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterUnreachableError
 
@@ -20,6 +23,8 @@ from service.delivery.reach import Reach
 from service.delivery.records import Lease
 from service.redis_conn import connect
 from service.settings import Settings
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.scripts_sent import Calls, count_scripts
 from tests.service.failover import TIMEOUT_S
@@ -60,7 +65,7 @@ def _leases(delivery: Delivery) -> list[Lease]:
     return leases
 
 
-@pytest.mark.parametrize("learns", [True, False], ids=["heartbeat", "claim"])
+@pytest.mark.parametrize("learns", [True, False], ids=["learns", "does not learn"])
 def test_a_walk_on_a_cluster_wholly_down_raises_at_its_first_schedule(
     cluster: LocalCluster, learns: bool
 ) -> None:
@@ -83,6 +88,37 @@ def test_a_learning_walk_whose_own_read_of_the_map_reaches_no_node_raises_at_its
     assert not reach.reached
 
 
+def test_a_sidecars_claim_on_a_cluster_wholly_down_sends_one_call(cluster: LocalCluster) -> None:
+    """The sidecar's claim walk (``WorkerSession.claim``: a ``Reach`` that does not learn), its client's
+    map read just now: its first call is the read of the worker's inbox, whose master's
+    ``ConnectionError`` it raises, no schedule asked. The two scripts edges63 counted for a walk that
+    does not learn were ``heartbeat_reaching``'s (the ``does not learn`` case above), which no sidecar
+    walks so: its heartbeats learn (edges64)."""
+    delivery = _delivery(cluster)
+    for lease in _leases(delivery):  # each schedule's one item back in its queue
+        delivery.release([lease])
+    session = WorkerSession(delivery, Holdings(8), SessionSettings("w"))
+    assert len(asyncio.run(session.schedules())) == ON_FIRST + 1
+    client = delivery.client
+    client.nodes_manager.initialize()  # type: ignore[union-attr]
+    for node in cluster.nodes:
+        node.kill()
+    asked: list[str] = []
+    send: Callable[..., Any] = client.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        asked.append(str(args[0]).upper())
+        return send(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    try:
+        with pytest.raises(redis.ConnectionError):
+            asyncio.run(session.claim(8))
+    finally:
+        client.close()
+    assert asked == ["ZRANGE"]
+
+
 def test_a_walk_that_reached_some_passes_every_schedule_over_after_it(cluster_client: RedisCluster) -> None:
     """Having reached a schedule, the walk raises nothing, and passes every later one over with the
     error, its master's or not: before, each was asked, one failed call per slot."""
@@ -100,9 +136,7 @@ def _walk_on_a_dead_cluster(cluster: LocalCluster, learns: bool, refresh_due: bo
     ``refresh_due`` the client's own map refresh is due at the first failure (production's beat);
     without, the client read its map just now, so only the walk's own read (``Remap.moved``) meets
     the dead cluster."""
-    delivery = Delivery(
-        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
-    )
+    delivery = _delivery(cluster)
     leases = _leases(delivery)
     client = delivery.client
     nodes = client.nodes_manager  # type: ignore[union-attr]
@@ -119,3 +153,13 @@ def _walk_on_a_dead_cluster(cluster: LocalCluster, learns: bool, refresh_due: bo
     finally:
         client.close()
     return sent, reach
+
+
+def _delivery(cluster: LocalCluster) -> Delivery:
+    """The service's client on ``cluster`` at the tests' short timeout, its map refresh paced to once
+    an hour: as within a second of its last read, so only what the walk does itself reads the map."""
+    delivery = Delivery(
+        connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=TIMEOUT_S))
+    )
+    delivery.client.nodes_manager._topology_refresh_min_interval = 3600.0  # type: ignore[union-attr]
+    return delivery
