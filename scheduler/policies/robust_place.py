@@ -77,13 +77,21 @@ def kind_scales(
 
     Queues that run at once on the planned lengths take their draws in one vectorised pass first
     (``_at_once_means``, the same finishes to the last bit); only the others are played one by one
-    and counted in the pace."""
-    if clock.now() > deadline:
+    and counted in the pace. That pass is priced before it starts (``_unusable``): not begun where
+    the time already spent, counted as the caller counts it, leaves ``after_plays`` no room, nor
+    where the at-once play on the planned lengths (``_priced_at_once``) says its draws would not. Unpriced,
+    it ran ~55 ms at 32,768 x 256 for scales ``lpt.calibrated`` then dropped (docs/experiments.md,
+    pace64)."""
+    begun = clock.now()
+    if begun > deadline:
         return None
     draws = draw_matrix(spread, np.random.default_rng(seed + SEED_OFFSET), DRAWS)
     estimated = estimates(problem, placement.queues)
     timed = [w for w, queue in enumerate(placement.queues) if queue and estimated[w] > 0]
-    known = _at_once_means(problem, placement.queues, timed, draws, reserve)
+    chosen = _priced_at_once(problem, placement.queues, timed, reserve, (begun, deadline), after_plays)
+    if chosen is None:
+        return None
+    known = _at_once_means(problem, placement.queues, chosen, draws, reserve)
     rows: list[list[int]] = draws.tolist()
     kinds = worker_kinds(problem.costs, problem.active)
     ratios: list[list[float]] = [[] for _ in kinds]
@@ -121,15 +129,49 @@ def estimates(problem: Problem, queues: Sequence[Sequence[int]]) -> list[float]:
     return [time_with(cost, Load(*problem.item_totals(queue))) for cost, queue in pairs]
 
 
-def _at_once_means(
+def _unusable(begun: float, now: float, ahead: float, deadline: float, after_plays: int) -> bool:
+    """Whether draws begun at ``begun``, ending ``ahead`` seconds after ``now``, leave the caller's
+    ``after_plays`` plays of every queue no room before ``deadline``: those plays priced as
+    ``lpt.calibrated`` prices them, the draws' whole time over ``DRAWS`` a play. Why: where they do
+    not fit, the caller drops the scales, so the time spent on them was spent for nothing."""
+    end = now + ahead
+    return end + (end - begun) * after_plays / DRAWS > deadline
+
+
+def _priced_at_once(
     problem: Problem,
     queues: Sequence[Sequence[int]],
     workers: Sequence[int],
+    reserve: bool,
+    window: tuple[float, float],
+    after_plays: int,
+) -> list[int] | None:
+    """Those of ``workers`` whose queue runs at once on the planned lengths (``ends_at_once``, one
+    vectorised play of them all); None where the draws begun at ``window[0]`` would leave the caller
+    no room before ``window[1]`` (``_unusable``): already, before that play, or once the play's own
+    time prices ``_at_once_means``' pass, which in one block costs about as much (0.84-0.97 of it,
+    process CPU at the bench's four sizes: docs/experiments.md, pace64)."""
+    begun, deadline = window
+    at = clock.now()
+    if _unusable(begun, at, 0.0, deadline, after_plays):
+        return None
+    runs = ends_at_once([(problem.costs[w], *problem.lengths(queues[w])) for w in workers], reserve)
+    chosen = [w for w, ends in zip(workers, runs, strict=True) if ends is not None]
+    if not chosen:
+        return chosen  # no pass: the queues are played one by one, paced as they go
+    done = clock.now()
+    return None if _unusable(begun, done, done - at, deadline, after_plays) else chosen
+
+
+def _at_once_means(
+    problem: Problem,
+    queues: Sequence[Sequence[int]],
+    chosen: Sequence[int],
     draws: npt.NDArray[np.int64],
     reserve: bool,
 ) -> dict[int, float]:
-    """``drawn_finish`` of each of ``workers``' queues that runs at once on the planned lengths,
-    by worker, from one vectorised pass over the draws (``finish_draws.closed_forms``).
+    """``drawn_finish`` of each of ``chosen``'s queues (each runs at once on the planned lengths:
+    ``_priced_at_once``), by worker, from one vectorised pass over the draws (``finish_draws.closed_forms``).
 
     Why. Played queue by queue through the event loop, the two draws cost 41-69 ms of a 250 ms
     plan at 4,096 x 32 (kv off) before the search started; the closed forms of the same draws
@@ -139,8 +181,6 @@ def _at_once_means(
     on its own. Each mean is summed in draw order, as ``drawn_finish`` sums it, so every value is
     its value to the last bit."""
     costs = problem.costs
-    runs = ends_at_once([(costs[w], *problem.lengths(queues[w])) for w in workers], reserve)
-    chosen = [w for w, ends in zip(workers, runs, strict=True) if ends is not None]
     if not chosen:
         return {}
     block = [queues[w] if w in chosen else () for w in range(len(queues))]

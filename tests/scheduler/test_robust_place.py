@@ -24,7 +24,7 @@ from scheduler.policies.robust_fast import at_once_hedge
 from scheduler.policies.robust_order import drawn_finish, hedged
 from scheduler.policies.robust_place import kind_scales
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
-from tests.scheduler.fake_clock import SteppingClock, count_calls, slow_lpt_phase
+from tests.scheduler.fake_clock import SteppingClock, count_calls, slow_lpt_phase, slow_stage
 
 CAP = 8_192
 LATER = 60.0  # a deadline far enough away for everything here
@@ -252,14 +252,49 @@ def test_the_draws_give_up_after_one_worker_when_their_pace_cannot_leave_time_fo
 
     monkeypatch.setattr(robust_place, "drawn_finish", counted)
     monkeypatch.setattr(robust_place, "clock", SteppingClock())
-    # a second for the check before any play, four workers at a second each, then six plays of
-    # every queue (three seconds a worker): ~17 s, far past a deadline 9 s away, which the plays
-    # alone (5 s) would have met
-    assert kind_scales(problem, placement, spread, True, 0, 9.0, after_plays=6) is None
+    # two seconds for the checks before any play (on entry, and before the at-once pass, which
+    # finds no queue at once), four workers at a second each, then six plays of every queue (three
+    # seconds a worker): ~18 s, far past a deadline 10 s away, which the plays alone (6 s) would
+    # have met
+    assert kind_scales(problem, placement, spread, True, 0, 10.0, after_plays=6) is None
     assert len(played) == 1
     monkeypatch.setattr(robust_place, "clock", SteppingClock())
-    assert kind_scales(problem, placement, spread, True, 0, 9.0) is not None  # no caller's plays
+    assert kind_scales(problem, placement, spread, True, 0, 10.0) is not None  # no caller's plays
     assert len(played) == 1 + 4
+
+
+@pytest.mark.parametrize(
+    ("slow", "deadline", "at_once_plays", "passes"),
+    [
+        ("estimates", 3.9, 0, 0),
+        ("estimates", 4.1, 1, 1),
+        ("ends_at_once", 7.9, 1, 0),
+        ("ends_at_once", 8.1, 1, 1),
+    ],
+)
+def test_the_at_once_pass_is_not_begun_where_the_callers_plays_could_not_follow_it(
+    monkeypatch: pytest.MonkeyPatch, slow: str, deadline: float, at_once_plays: int, passes: int
+) -> None:
+    """Every queue runs at once, so the draws are one closed-form pass, and the caller then plays
+    every queue six times, priced as ``calibrated`` prices them: the draws' time over ``DRAWS`` a
+    play, three times the draws' time. With the estimates taking a second, 4 s are needed before
+    the pass: 3.9 s leave no room, and neither the at-once play nor the pass starts. With the
+    at-once play taking a second, it prices the pass at a second more: 2 s of draws and 6 s of
+    plays, 8 s; 7.9 s leave the pass unplayed. Where they fit, the scales are the ones played with
+    all the time in the world. Unpriced, the pass spent ~55 ms at 32,768 x 256 on scales
+    ``calibrated`` then dropped."""
+    request = _request(1.6)
+    problem, placement = _hedged_lpt(request)
+    spread = spreads(request.trajectories)
+    assert spread is not None
+    expected = kind_scales(problem, placement, spread, True, 0, time.perf_counter() + LATER, after_plays=6)
+    assert expected is not None
+    slow_stage(monkeypatch, robust_place, slow, 1.0)
+    plays = count_calls(monkeypatch, robust_place, "ends_at_once")
+    closed = count_calls(monkeypatch, robust_place, "closed_forms")
+    scales = kind_scales(problem, placement, spread, True, 0, deadline, after_plays=6)
+    assert (len(plays), len(closed)) == (at_once_plays, passes)
+    assert scales == (expected if passes else None)
 
 
 def test_cpsat_does_not_search_with_quantiles_when_the_robust_choice_could_not_judge_the_result(
