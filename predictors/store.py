@@ -73,11 +73,22 @@ class VersionGoneError(InvalidInputError):
 
 
 class ModelStore:
-    """Numbered, immutable model versions under one directory."""
+    """Numbered, immutable model versions under one directory. One store serves all of an app's
+    threads, with no lock of its own: see ``_fences``, its only state besides the folder."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self._fences: dict[int, tuple[tuple[int, ...], int | None]] = {}  # version -> (identity, token)
+        # version -> (identity, token): each token read once while its file stays (``fence_token``).
+        # No lock, though an app's threads share it: the follower's reload tick and a request's
+        # (under the swap lock), and outside that lock a retrain's prune, ``GET /models``' listing
+        # and the retrain lock's token read. Each access is one dict operation or one assignment; no
+        # thread deletes from the dict, a listing replaces it whole and walks the folders, not it.
+        # So a race only drops an entry (a listing's new dict replacing the one another thread just
+        # added to), paid by one more read of a small file, and no entry is ever wrong: one is used
+        # only while the file's identity, taken before its token was read, is still the file's, so
+        # one written late by a thread that read an older file is passed over and read again
+        # (tests/predictors/test_store_fence_reads.py). A lock would buy back only those re-reads.
+        self._fences: dict[int, tuple[tuple[int, ...], int | None]] = {}
 
     def versions(self) -> list[int]:
         """Complete versions present, ascending; none while the store's folder is not made yet.
