@@ -37,7 +37,7 @@ def lpt_assignment(
     tail to the workers its aggregate model chose. ``scale`` multiplies each worker's estimate (a
     measured simulated/estimated ratio). With tiers, a candidate whose whole queue would no longer
     run at once without preemption (``KvPeaks.peak_after``) yields to one that still would, looking
-    a few entries deep into each heap; a queue past its slots runs in waves and never yields.
+    a few entries deep into each heap; a queue that filled its slots within its cache never yields.
     Without tiers and scale this is plain LPT. With ``deadline`` (``scheduler.clock.now()``) the
     general path raises ``BudgetSpent`` once past it (checked every ``listrun.CHECK_EVERY`` units).
     The loop itself is ``scheduler.policies.listrun``'s.
