@@ -33,7 +33,7 @@ from scheduler.policies.problem import Problem, build_problem, worker_kinds
 from scheduler.policies.robust import Spread, spreads
 from scheduler.policies.robust_fast import JUDGED, UNJUDGED, Candidate, at_once_judged
 from scheduler.policies.robust_order import hedged, trajectories_in_waves
-from scheduler.policies.robust_place import DRAWS, kind_scales
+from scheduler.policies.robust_place import kind_scales, plays_unusable
 from scheduler.policies.waves import lane_assignment
 from scheduler.types import PlanRequest
 
@@ -221,9 +221,7 @@ def calibrated(
     scale = kind_scales(
         problem, placement, spread, request.kv_admission, request.seed, deadline - placing_s, REPLAY_PLAYS
     )
-    now = clock.now()
-    per_play = (now - started) / DRAWS  # the draws played every queue DRAWS times
-    if scale is None or now + placing_s + REPLAY_PLAYS * per_play > deadline:
+    if scale is None or plays_unusable(started, clock.now(), 0.0, deadline - placing_s, REPLAY_PLAYS):
         return placement
     queues, finishes = ordered(
         problem, lpt_assignment(problem, scale=scale), request.kv_admission, deadline, False

@@ -77,7 +77,7 @@ def kind_scales(
 
     Queues that run at once on the planned lengths take their draws in one vectorised pass first
     (``_at_once_means``, the same finishes to the last bit); only the others are played one by one
-    and counted in the pace. That pass is priced before it starts (``_unusable``): not begun where
+    and counted in the pace. That pass is priced before it starts (``plays_unusable``): not begun where
     the time already spent, counted as the caller counts it, leaves ``after_plays`` no room, nor
     where the at-once play on the planned lengths (``_priced_at_once``) says its draws would not. Unpriced,
     it ran ~55 ms at 32,768 x 256 for scales ``lpt.calibrated`` then dropped (docs/experiments.md,
@@ -129,11 +129,12 @@ def estimates(problem: Problem, queues: Sequence[Sequence[int]]) -> list[float]:
     return [time_with(cost, Load(*problem.item_totals(queue))) for cost, queue in pairs]
 
 
-def _unusable(begun: float, now: float, ahead: float, deadline: float, after_plays: int) -> bool:
+def plays_unusable(begun: float, now: float, ahead: float, deadline: float, after_plays: int) -> bool:
     """Whether draws begun at ``begun``, ending ``ahead`` seconds after ``now``, leave the caller's
-    ``after_plays`` plays of every queue no room before ``deadline``: those plays priced as
-    ``lpt.calibrated`` prices them, the draws' whole time over ``DRAWS`` a play. Why: where they do
-    not fit, the caller drops the scales, so the time spent on them was spent for nothing."""
+    ``after_plays`` plays of every queue no room before ``deadline``: each play priced at the draws'
+    whole time over ``DRAWS``. One rule for both sides: ``kind_scales`` asks it before its passes,
+    ``lpt.calibrated`` after the scales, so the pass is never begun where the caller would drop what
+    it gives (the time spent on it would be spent for nothing)."""
     end = now + ahead
     return end + (end - begun) * after_plays / DRAWS > deadline
 
@@ -148,19 +149,19 @@ def _priced_at_once(
 ) -> list[int] | None:
     """Those of ``workers`` whose queue runs at once on the planned lengths (``ends_at_once``, one
     vectorised play of them all); None where the draws begun at ``window[0]`` would leave the caller
-    no room before ``window[1]`` (``_unusable``): already, before that play, or once the play's own
+    no room before ``window[1]`` (``plays_unusable``): already, before that play, or once the play's own
     time prices ``_at_once_means``' pass, which in one block costs about as much (0.84-0.97 of it,
     process CPU at the bench's four sizes: docs/experiments.md, pace64)."""
     begun, deadline = window
     at = clock.now()
-    if _unusable(begun, at, 0.0, deadline, after_plays):
+    if plays_unusable(begun, at, 0.0, deadline, after_plays):
         return None
     runs = ends_at_once([(problem.costs[w], *problem.lengths(queues[w])) for w in workers], reserve)
     chosen = [w for w, ends in zip(workers, runs, strict=True) if ends is not None]
     if not chosen:
         return chosen  # no pass: the queues are played one by one, paced as they go
     done = clock.now()
-    return None if _unusable(begun, done, done - at, deadline, after_plays) else chosen
+    return None if plays_unusable(begun, done, done - at, deadline, after_plays) else chosen
 
 
 def _at_once_means(
