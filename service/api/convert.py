@@ -96,7 +96,9 @@ def build_inventory(
         first = seen.setdefault(spec.worker_id, index)
         if first != index:
             raise InvalidInputError(
-                f"{path}.worker_id", spec.worker_id, f"duplicate worker_id (first at [{first}])"
+                f"{path}.worker_id",
+                spec.worker_id,
+                f"duplicate worker_id (first at inventory.workers[{first}])",
             )
         worker, source = _worker(spec, path, model, learned)
         workers.append(worker)

@@ -153,6 +153,24 @@ def test_a_bad_field_is_a_422_problem_naming_it_and_changes_nothing(
 
 
 @pytest.mark.parametrize(
+    ("path", "value", "first"),
+    [
+        ("batch.items.3.prompt_id", "p1", "batch.items[1]"),
+        ("inventory.workers.1.worker_id", "w0", "inventory.workers[0]"),
+    ],
+)
+def test_a_duplicate_id_names_its_first_by_the_whole_path(
+    client: TestClient, path: str, value: str, first: str
+) -> None:
+    """A duplicate's detail points at the first holder of the id as the body spells it, as ``field``
+    does: a bare ``[0]`` (the worker_id's until 2026-12-07) left the reader to guess which list."""
+    body = batch_body()
+    set_at(path, value)(body)
+    problem = client.post("/schedule", json=body).json()
+    assert f"(first at {first})" in problem["detail"], problem["detail"]
+
+
+@pytest.mark.parametrize(
     ("literal", "where", "field"),
     [
         ("NaN", "quantile", "quantile"),
