@@ -8,6 +8,7 @@ command functions, so ``rollout-scheduler --help`` stays fast.
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -45,7 +46,26 @@ def _register() -> None:
 
     for module in ALL:
         module.register(app, bench_app)
+    _unwrap_help(app)
     _registered = True
+
+
+def _unwrap_help(group: typer.Typer) -> None:
+    """Give every command of ``group`` (and of its subgroups) its help with each paragraph on one line.
+
+    Typer's rich help keeps a docstring's line breaks past the first paragraph, so a paragraph wrapped
+    at the source's width was wrapped again at the terminal's: ``predictor train --help`` on 80 columns
+    showed a short line after every long one. One line a paragraph lets the terminal wrap it alone; a
+    paragraph Click is told to keep (``\\b`` first) is left as written."""
+    for info in group.registered_commands:
+        text = info.help if isinstance(info.help, str) else inspect.getdoc(info.callback)
+        if text:
+            info.help = "\n\n".join(
+                p if p.startswith("\b") else " ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n")
+            )
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _unwrap_help(sub.typer_instance)
 
 
 # Typer ships its own copy of click, so its error classes are found through a public subclass.
