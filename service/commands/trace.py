@@ -275,7 +275,9 @@ def synth_command(
 
 @trace_app.command("push")
 def push_command(
-    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file: .csv, .jsonl, .parquet.")],
+    trace_path: Annotated[
+        Path, typer.Argument(metavar="trace", help="Trace file (.csv, .jsonl or .parquet).")
+    ],
     url: Annotated[str, typer.Option(help="The service, e.g. http://scheduler:8000.")],
     token: Annotated[
         str | None,

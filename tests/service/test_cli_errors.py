@@ -21,6 +21,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (("serve", "--port", "abc"), "rollout-scheduler serve: Invalid value for '--port'"),
         (("serve", "--no-such-flag"), "rollout-scheduler serve: No such option: --no-such-flag"),
         (("replay",), "rollout-scheduler replay: Missing argument 'trace'"),
+        # every command that reads a trace names its argument alike (push said 'TRACE' until 2026-12-07)
+        (
+            ("trace", "push", "--url", "http://127.0.0.1:9"),
+            "rollout-scheduler trace push: Missing argument 'trace'",
+        ),
+        (("predictor", "eval"), "rollout-scheduler predictor eval: Missing argument 'trace'"),
         (("no-such-command",), "rollout-scheduler: No such command 'no-such-command'"),
     ],
 )
