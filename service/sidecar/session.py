@@ -46,6 +46,7 @@ from service.sidecar.hand_backs import RELEASE_GRACE_S as RELEASE_GRACE_S  # the
 from service.sidecar.hand_backs import HandBacks
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.hurry import Hurry
+from service.sidecar.inbox import Inbox, known_order
 from service.sidecar.lease_reports import LeaseReports
 from service.sidecar.ledger import Ledger
 from service.sidecar.outage_retry import TRANSIENT, OutageRetry
@@ -73,6 +74,7 @@ class WorkerSession:
     settings: SessionSettings
     stats: SessionStats = field(default_factory=SessionStats)
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
+    _inbox: Inbox = field(default_factory=Inbox, init=False)  # its reads; the known walked without it
     _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
     _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules a claim or a heartbeat could not reach while others answered (each told once)
@@ -111,10 +113,11 @@ class WorkerSession:
     async def schedules(self, reach: Reach | None = None) -> list[ScheduleInfo]:
         """The live schedules announced to this worker, oldest first (those claims missed since they
         last answered, last); less those whose settings could not be read for their Redis Cluster slot
-        or master not answering (put in ``reach``'s missing: ``claim`` goes on with the others; raised
-        when none answered and no ``reach`` is given)."""
+        or master not answering (``reach``'s missing: ``claim`` goes on with the others; raised when none
+        answered and no ``reach`` is given). Where the inbox did not answer, those known (``inbox.py``)."""
         walk = Reach(self.delivery.client, self.delivery.prefix) if reach is None else reach
-        ids = await self._redis(self.delivery.schedules_for, self.settings.worker_id)
+        if (ids := await self._inbox.read(self.delivery, self.settings.worker_id, walk, self._infos)) is None:
+            return known_order(self._infos, self._failed_claims)  # oldest first, as the inbox has them
         self._gone &= self.holdings.schedules()  # bounded by what is held (a pull sidecar never asks)
         for held in self.holdings.schedules() - set(ids):  # a cancel takes it off the inbox at once
             if await self.found_cancelled(held):
