@@ -16,12 +16,18 @@ inbox orders them. What the worker misses meanwhile is what only the inbox says:
 since (their announce to it fails too: the publisher's retry repairs it), and that a held schedule
 was cancelled (found at the next refused report or heartbeat instead, as the inbox's own outage had
 it). A session that knows no schedule, or a cluster that is down as a whole, raises as before.
+
+Once a read failed, the inbox is asked again only ``RETRY_S`` later, the claims between walking the
+known unasked: asked at every claim, a master whose process is gone cost each claim the client's
+retries (0.13 s), and a silent one (stopped, cut off) its socket timeout three times over (15 s at the
+sidecar's 5 s), every claim of the outage. A master back (or failed over) is read again within it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -31,6 +37,7 @@ from service.delivery.protocol import Delivery
 from service.delivery.reach import Reach
 
 log = logging.getLogger("service.sidecar")  # the session's logger: operators grep its lines there
+RETRY_S = 5.0  # after a failed read, the inbox is asked again this much later (monotonic seconds)
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Inbox:
     """One worker's inbox reads by its claims, and whether the last one failed (told once)."""
 
     failing: Exception | None = None
+    retry_at: float = 0.0  # monotonic: not asked before this while ``failing``
 
     async def read(
         self, delivery: Delivery, worker_id: str, walk: Reach, known: Mapping[str, ScheduleInfo]
@@ -45,7 +53,10 @@ class Inbox:
         """The schedule ids announced to ``worker_id``, oldest first; None where the inbox's slot or
         master does not answer (one of ``walk.catches``) and ``known`` has schedules to claim from:
         the caller walks those (``known_order``). Raised where nothing is known, or the whole cluster
-        is down (every known schedule would fail the same). A warning once an outage, a line at its end."""
+        is down (every known schedule would fail the same). A warning once an outage, a line at its end.
+        While failing, None unasked until ``retry_at`` (``RETRY_S`` after the last failed read)."""
+        if self.failing is not None and known and time.monotonic() < self.retry_at:
+            return None
         try:
             ids = await asyncio.to_thread(delivery.schedules_for, worker_id)
         except walk.catches as error:
@@ -59,7 +70,7 @@ class Inbox:
                     error,
                     len(known),
                 )
-            self.failing = error
+            self.failing, self.retry_at = error, time.monotonic() + RETRY_S
             return None
         if self.failing is not None:
             log.info("claims read worker %s's inbox again", worker_id)

@@ -24,6 +24,7 @@ from service.delivery import Delivery, keys
 from service.delivery.outcomes import CompletionOutcome
 from service.delivery.records import TrajectoryResult
 from service.delivery.retries import short_retry
+from service.sidecar import inbox
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import LocalCluster, partly_served
@@ -52,10 +53,20 @@ def _elsewhere(cluster: LocalCluster, start: str, port: int) -> str:
     return next(sid for sid in ids if _owner(cluster, keys.schedule_keys(sid).meta) != port)
 
 
+class _Counted(Delivery):
+    """Real cluster; counts the reads of an inbox."""
+
+    reads = 0
+
+    def schedules_for(self, worker_id: str) -> list[str]:
+        self.reads += 1
+        return super().schedules_for(worker_id)
+
+
 def _session(cluster: LocalCluster) -> WorkerSession:
     """Worker ``w``'s session on a client that retries as the sidecar's (``short_retry``)."""
     client = RedisCluster(startup_nodes=cluster.startup_nodes, decode_responses=True, retry=short_retry())
-    return WorkerSession(Delivery(client), Holdings(8), SessionSettings("w"))
+    return WorkerSession(_Counted(client), Holdings(8), SessionSettings("w"))
 
 
 def _kill_inbox_master(cluster: LocalCluster) -> int:
@@ -65,11 +76,13 @@ def _kill_inbox_master(cluster: LocalCluster) -> int:
 
 
 def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_master_is_down(
-    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three schedules known, none on the inbox's master: the cancelled one leases nothing (its
     script decides, not the inbox), the older of the other two is claimed first, a lease taken is
-    completed and accepted once, and the inbox's failure is told once. Before: every claim raised."""
+    completed and accepted once, the inbox's failure is told once, and the second claim, within
+    ``RETRY_S`` of it, does not ask the inbox again. Before: every claim raised."""
+    monkeypatch.setattr(inbox, "RETRY_S", 60.0)  # both claims within it on a loaded host too
     inbox_port = _owner(cluster, keys.inbox("w"))
     old, gone, young = (_elsewhere(cluster, start, inbox_port) for start in ("o", "g", "y"))
     delivery = Delivery(cluster.client())
@@ -80,9 +93,12 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
     assert [info.schedule_id for info in asyncio.run(session.schedules())] == [old, gone, young]
     delivery.cancel(gone)
     _kill_inbox_master(cluster)
+    assert isinstance(session.delivery, _Counted)
+    session.delivery.reads = 0
     caplog.set_level(logging.INFO, logger="service.sidecar")
     first = asyncio.run(session.claim(2))
     second = asyncio.run(session.claim(8))
+    assert session.delivery.reads == 1
     assert [h.lease.key for h in first] == [f"{old}#0", f"{old}#1"]
     assert sorted(h.lease.key for h in second) == [f"{old}#2", *(f"{young}#{i}" for i in range(3))]
     result = TrajectoryResult(output_tokens=5, finish_reason="stop")
