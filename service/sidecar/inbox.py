@@ -17,10 +17,12 @@ since (their announce to it fails too: the publisher's retry repairs it), and th
 was cancelled (found at the next refused report or heartbeat instead, as the inbox's own outage had
 it). A session that knows no schedule, or a cluster that is down as a whole, raises as before.
 
-Once a read failed, the inbox is asked again only ``RETRY_S`` later, the claims between walking the
-known unasked: asked at every claim, a master whose process is gone cost each claim the client's
-retries (0.13 s), and a silent one (stopped, cut off) its socket timeout three times over (15 s at the
-sidecar's 5 s), every claim of the outage. A master back (or failed over) is read again within it.
+Once a read failed, the inbox is asked again ``RETRY_S`` later, in the background: the claims walk
+the known without waiting for it, and the first claim after its answer reads it. Asked by every claim,
+a master whose process is gone cost each claim the client's retries (0.13 s), and a silent one (a host
+down, a process stopped) its socket timeout three times over (15 s at the sidecar's 5 s); asked every
+``RETRY_S`` by a claim that waited, the silent one still held three claim turns in four that long.
+A master back (or failed over) is read again within ``RETRY_S`` and its answer's turn.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.delivery.errors import whole_cluster_down
 from service.delivery.progress import ScheduleInfo
@@ -45,7 +47,8 @@ class Inbox:
     """One worker's inbox reads by its claims, and whether the last one failed (told once)."""
 
     failing: Exception | None = None
-    retry_at: float = 0.0  # monotonic: not asked before this while ``failing``
+    retry_at: float = 0.0  # monotonic: while ``failing``, asked again (in the background) from then
+    _asking: asyncio.Task[list[str]] | None = field(default=None, init=False)  # that read, under way
 
     async def read(
         self, delivery: Delivery, worker_id: str, walk: Reach, known: Mapping[str, ScheduleInfo]
@@ -53,29 +56,64 @@ class Inbox:
         """The schedule ids announced to ``worker_id``, oldest first; None where the inbox's slot or
         master does not answer (one of ``walk.catches``) and ``known`` has schedules to claim from:
         the caller walks those (``known_order``). Raised where nothing is known, or the whole cluster
-        is down (every known schedule would fail the same). A warning once an outage, a line at its end.
-        While failing, None unasked until ``retry_at`` (``RETRY_S`` after the last failed read)."""
-        if self.failing is not None and known and time.monotonic() < self.retry_at:
-            return None
+        is down (every known schedule would fail the same). While failing, ``again``'s answer."""
+        if self.failing is not None and known:
+            return self.again(delivery, worker_id, walk)
         try:
             ids = await asyncio.to_thread(delivery.schedules_for, worker_id)
         except walk.catches as error:
             if not known or whole_cluster_down(error):
                 raise
-            if self.failing is None:
-                log.warning(
-                    "claims cannot read worker %s's inbox (its Redis Cluster slot or master does not"
-                    " answer: %s); claiming from the %d schedules known, none published since",
-                    worker_id,
-                    error,
-                    len(known),
-                )
-            self.failing, self.retry_at = error, time.monotonic() + RETRY_S
+            self._failed(worker_id, error, len(known))
             return None
+        self._answered(worker_id)
+        return ids
+
+    def again(self, delivery: Delivery, worker_id: str, walk: Reach) -> list[str] | None:
+        """While failing: the background read's answer once it came (None where it failed too, the
+        next one due ``RETRY_S`` later), else None, a read started where one is due. Never waited on:
+        a silent master held each claim that asked it 15 s."""
+        asking = self._asking
+        if asking is None or asking.cancelled():  # cancelled: its event loop ended (a test's run)
+            self._asking = None
+            if time.monotonic() >= self.retry_at:
+                self._asking = asyncio.ensure_future(asyncio.to_thread(delivery.schedules_for, worker_id))
+                self._asking.add_done_callback(_retrieved)
+            return None
+        if not asking.done():
+            return None
+        self._asking, error = None, asking.exception()
+        if error is None:
+            self._answered(worker_id)
+            return asking.result()
+        if not isinstance(error, walk.catches):
+            raise error
+        self._failed(worker_id, error, 0)
+        return None
+
+    def _failed(self, worker_id: str, error: Exception, known: int) -> None:
+        """A read failed: asked again ``RETRY_S`` from now; a warning once an outage."""
+        if self.failing is None:
+            log.warning(
+                "claims cannot read worker %s's inbox (its Redis Cluster slot or master does not"
+                " answer: %s); claiming from the %d schedules known, none published since",
+                worker_id,
+                error,
+                known,
+            )
+        self.failing, self.retry_at = error, time.monotonic() + RETRY_S
+
+    def _answered(self, worker_id: str) -> None:
         if self.failing is not None:
             log.info("claims read worker %s's inbox again", worker_id)
         self.failing = None
-        return ids
+
+
+def _retrieved(task: asyncio.Task[list[str]]) -> None:
+    """Its error retrieved, for a read whose answer no claim came for (the session ended): asyncio
+    logs "exception was never retrieved" for one that is not."""
+    if not task.cancelled():
+        task.exception()
 
 
 def known_order(known: Mapping[str, ScheduleInfo], last: Collection[str]) -> list[ScheduleInfo]:

@@ -27,7 +27,7 @@ from service.delivery.retries import short_retry
 from service.sidecar import inbox
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, partly_served
+from tests.cluster import LocalCluster, partly_served, serve_everywhere, unserve_range
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -118,3 +118,43 @@ def test_a_session_that_knows_no_schedule_raises_the_inbox_masters_error(cluster
     _kill_inbox_master(cluster)
     with pytest.raises(redis.ConnectionError):
         asyncio.run(session.claim(1))
+
+
+def test_a_claim_reads_the_inbox_again_once_its_slot_is_served_and_claims_a_schedule_published_since(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox's slot unserved (no master takes it): claims go on from the known schedule, and the
+    inbox, asked again in the background, is read once its slot is served: a schedule published since
+    is claimed, and one line says the inbox answers again."""
+    monkeypatch.setattr(inbox, "RETRY_S", 0.0)
+    inbox_port = _owner(cluster, keys.inbox("w"))
+    known, later = (_elsewhere(cluster, start, inbox_port) for start in ("k", "l"))
+    delivery = Delivery(cluster.client())
+    publish(delivery, known, {"w": [item(known, i, 5) for i in range(50)]}, lease_ttl_ms=60_000)
+    session = _session(cluster)
+    asyncio.run(session.schedules())
+    slot = key_slot(keys.inbox("w").encode())
+    unserve_range(cluster, range(slot, slot + 1))
+    caplog.set_level(logging.INFO, logger="service.sidecar")
+    served = False
+
+    async def claims() -> list[str]:
+        nonlocal served
+        taken = [h.lease.key for h in await session.claim(1)]  # the inbox fails: the known walked
+        serve_everywhere(cluster, slot, inbox_port)
+        served = True
+        publish(Delivery(cluster.client()), later, {"w": [item(later, 0, 5)]}, lease_ttl_ms=60_000)
+        for _ in range(200):  # until the background read answered and a claim took its news
+            taken += [h.lease.key for h in await session.claim(1)]
+            if taken[-1].startswith(later):
+                break
+            await asyncio.sleep(0.05)
+        return taken
+
+    try:
+        taken = asyncio.run(claims())
+    finally:
+        if not served:
+            serve_everywhere(cluster, slot, inbox_port)
+    assert (taken[0], taken[-1]) == (f"{known}#0", f"{later}#0")
+    assert "claims read worker w's inbox again" in caplog.text
