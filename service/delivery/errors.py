@@ -97,7 +97,8 @@ def _refusals(error: BaseException) -> list[ClusterDownError]:
 
 
 class IndexNodeDown(redis.ConnectionError):
-    """A node that did not answer (``NODE_DOWN``: its error the cause) while a settled schedule was retired
+    """A node that did not answer (``NODE_DOWN``: its error the cause) while a stored schedule was announced
+    (``DeliveryIndexes._announce``, ``doing`` says so) or a settled schedule was retired
     from the indexes (``DeliveryIndexes._retire``: the active and lapse indexes, its workers' inboxes,
     keys of other slots than the schedule's), after the schedule's own script had run and answered on
     its master. Raised as that node's, not the schedule's master's: a walk (``reach.Reach``: heartbeats,
@@ -108,9 +109,11 @@ class IndexNodeDown(redis.ConnectionError):
     (``ScriptCalls._settled`` warns it and answers the script's reply: cluster55); a publish's announce
     and a cancel, each repaired by its own repeat, raise it."""
 
-    def __init__(self, node: str, error: Exception) -> None:
+    def __init__(
+        self, node: str, error: Exception, doing: str = "retiring a settled schedule from its indexes"
+    ) -> None:
         self.node = node  # its name, host:port, as the cluster client's map names it
-        super().__init__(f"node {node} did not answer retiring a settled schedule from its indexes: {error}")
+        super().__init__(f"node {node} did not answer {doing}: {error}")
 
 
 def down_node(error: BaseException) -> str | None:

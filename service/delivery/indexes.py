@@ -158,6 +158,10 @@ class DeliveryIndexes(DeliveryViews):
 
         A schedule that is already finished (a replay after the work was done, or an empty one) or
         cancelled is retired instead, so replays never put finished work back in front of the sidecars.
+        On a Redis Cluster each node's indexes are sent apart (``_each_node``): one pipeline for all
+        failed whole on one dead master, so no inbox nor the reapers' index held the stored schedule
+        (announce64); now that node's error is raised after the others are announced, and the
+        caller's retry (same ``schedule_id``, ``announce``) repairs the inboxes it missed.
         """
         published = self._unsettled_since(schedule_id)
         if published is None:
@@ -166,17 +170,42 @@ class DeliveryIndexes(DeliveryViews):
         horizon = published - retention_s * 1000
         # Pruning needs a later announce to the same worker; an expiry does not (a departed worker).
         life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
-        active = keyspace.active_index(self.prefix)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(active, {schedule_id: published})
-        pipe.zremrangebyscore(active, "-inf", f"({horizon}")
-        pipe.zrem(keyspace.lapse_index(self.prefix), schedule_id)  # a re-publish is reaped at once
+        active, lapse = keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)
+        writes: dict[str, list[tuple[object, ...]]] = {
+            active: [
+                ("ZADD", active, published, schedule_id),
+                ("ZREMRANGEBYSCORE", active, "-inf", f"({horizon}"),
+            ],
+            lapse: [("ZREM", lapse, schedule_id)],  # a re-publish is reaped at once
+        }
         for worker in workers:  # the body, not its SHA: no NOSCRIPT to rerun, on any node of a cluster
             inbox = keyspace.inbox(worker, self.prefix)  # (whose pipelines refuse ``eval``, not the command)
-            pipe.execute_command("EVAL", _INBOX, 1, inbox, schedule_id, published, horizon, life_ms)
-        pipe.execute()
+            writes[inbox] = [("EVAL", _INBOX, 1, inbox, schedule_id, published, horizon, life_ms)]
+        self._each_node(writes, "announcing a stored schedule in its indexes")
         if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
             self._retire(schedule_id)  # may have run before the announce above, which undid it
+
+    def _each_node(self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str) -> None:
+        """Send ``writes`` (each key's commands) in one pipeline per node the cluster client's map
+        sends the keys to, each whatever the others answer; the first node that did not answer is
+        raised (``IndexNodeDown``) after the rest. A single Redis, or a slot the map sends nowhere:
+        one pipeline, its error raised as it is."""
+        client = self.client
+        names = list(writes)
+        groups = _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        down: IndexNodeDown | None = None
+        for node, group in groups.items():
+            pipe = self.client.pipeline(transaction=False)
+            for command in (c for name in group for c in writes[name]):
+                pipe.execute_command(*command)
+            try:
+                pipe.execute()
+            except NODE_DOWN as error:
+                if node is None:
+                    raise
+                down = down or IndexNodeDown(node, error, doing)
+        if down is not None:
+            raise down
 
     def _unsettled_since(self, schedule_id: str) -> int | None:
         """The schedule's publish time while some item is still queued or running, else None (also

@@ -1,0 +1,76 @@
+"""A publish while the Redis Cluster master holding one worker's inbox is down (its process killed:
+connection refused), the schedule's master and the active index's answering (a real cluster,
+``cluster-require-full-coverage no``).
+
+The announce was one pipeline for every index: the dead master's connection failed it whole, so the
+stored schedule reached no inbox and not the reapers' index, the other workers' sidecars never
+learned it, and only a client's retry once that master was back announced it (announce64,
+docs/experiments.md). Now each node's indexes are sent apart (``DeliveryIndexes._announce``): the
+publish still raises that node's error (a 503, the retry repairs the missed inbox), the rest
+announced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from service.delivery import Delivery, keys
+from service.delivery.errors import IndexNodeDown
+from tests.cluster import LocalCluster, partly_served
+from tests.service.delivery.conftest import schedule
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of the test's own: it kills a master."""
+    with partly_served() as local:
+        yield local
+
+
+def _owner(cluster: LocalCluster, key: str) -> int:
+    """The port of the master serving ``key``'s slot."""
+    slot = key_slot(key.encode())
+    with redis.Redis(port=cluster.nodes[0].port) as client:
+        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
+
+
+def _layout(cluster: LocalCluster) -> tuple[str, str, str, int]:
+    """A schedule id, a worker whose inbox is on a master that neither its keys nor the active index
+    are on (the one to kill: its port), and a worker whose inbox is on a master that stays up."""
+    up = _owner(cluster, keys.active_index())
+    workers = [f"w{i}" for i in range(64)]
+    lost = next(w for w in workers if _owner(cluster, keys.inbox(w)) != up)
+    down = _owner(cluster, keys.inbox(lost))
+    told = next(w for w in workers if _owner(cluster, keys.inbox(w)) != down)
+    sid = next(f"s{i}" for i in range(10_000) if _owner(cluster, keys.schedule_keys(f"s{i}").meta) != down)
+    return sid, lost, told, down
+
+
+def test_the_other_workers_and_the_reapers_are_announced_a_schedule_while_one_inbox_master_is_down(
+    cluster: LocalCluster,
+) -> None:
+    """The publish raises the dead node's error, its schedule stored; the worker whose inbox
+    answers finds it there and claims, the active index holds it; once the master is back, the
+    retry (the same publish) announces it to the worker that missed it. Before: no inbox held it."""
+    sid, lost, told, down = _layout(cluster)
+    delivery = Delivery(cluster.client())
+    node = next(n for n in cluster.nodes if n.port == down)
+    node.kill()
+    published = schedule(sid, {lost: 1, told: 1})
+    with pytest.raises(IndexNodeDown) as raised:
+        delivery.publish(published)
+    assert raised.value.node.endswith(f":{down}")
+    assert delivery.schedules_for(told) == [sid]
+    assert delivery.client.zscore(keys.active_index(), sid) is not None
+    assert [lease.item.key for lease in delivery.claim(sid, told, 1)] == [f"{told}-0#0"]
+    node.start()
+    cluster._wait_ok(30)
+    delivery = Delivery(cluster.client())
+    delivery.publish(published)
+    assert delivery.schedules_for(lost) == [sid]
