@@ -109,9 +109,7 @@ class IndexNodeDown(redis.ConnectionError):
     (``ScriptCalls._settled`` warns it and answers the script's reply: cluster55); a publish's announce
     and a cancel, each repaired by its own repeat, raise it."""
 
-    def __init__(
-        self, node: str, error: Exception, doing: str = "retiring a settled schedule from its indexes"
-    ) -> None:
+    def __init__(self, node: str, error: Exception, doing: str) -> None:
         self.node = node  # its name, host:port, as the cluster client's map names it
         super().__init__(f"node {node} did not answer {doing}: {error}")
 

@@ -185,16 +185,24 @@ class DeliveryIndexes(DeliveryViews):
         if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
             self._retire(schedule_id)  # may have run before the announce above, which undid it
 
-    def _each_node(self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str) -> None:
+    def _each_node(
+        self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
+    ) -> None:
         """Send ``writes`` (each key's commands) in one pipeline per node the cluster client's map
         sends the keys to, each whatever the others answer; the first node that did not answer is
-        raised (``IndexNodeDown``) after the rest. A single Redis, or a slot the map sends nowhere:
-        one pipeline, its error raised as it is."""
+        raised (``IndexNodeDown``) after the rest. ``hold_back``'s node, where given, is sent last,
+        and not at all where another did not answer (``_retire``). A single Redis, or a slot the map
+        sends nowhere: one pipeline, its error raised as it is."""
         client = self.client
         names = list(writes)
-        groups = _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        groups: dict[str | None, list[str]] = (
+            _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
+        )
         down: IndexNodeDown | None = None
-        for node, group in groups.items():
+        for node in sorted(groups, key=lambda n: hold_back in groups[n]):  # stable: hold_back's last
+            group = groups[node]
+            if down is not None and hold_back in group:
+                break
             pipe = self.client.pipeline(transaction=False)
             for command in (c for name in group for c in writes[name]):
                 pipe.execute_command(*command)
@@ -233,29 +241,12 @@ class DeliveryIndexes(DeliveryViews):
             workers = self.info(schedule_id).workers
         except UnknownScheduleError:
             workers = ()
-        indexes = (keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix))
-        names = [*indexes, *(keyspace.inbox(w, self.prefix) for w in workers)]
-        client = self.client
-        groups: dict[str | None, list[str]] = (
-            _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
-        )
-        down: IndexNodeDown | None = None
-        active = next(iter(groups))  # the active and lapse indexes' node (``names``' first)
-        for node in [*(n for n in groups if n != active), active]:
-            group = groups[node]
-            if node == active and down is not None:
-                break  # kept in the active index: a reaper's pass retires it again
-            pipe = self.client.pipeline(transaction=False)
-            for index in group:
-                pipe.zrem(index, schedule_id)
-            try:
-                pipe.execute()
-            except NODE_DOWN as error:
-                if node is None:  # a single Redis (every key's), or a slot the map sends nowhere
-                    raise
-                down = down or IndexNodeDown(node, error)
-        if down is not None:
-            raise down
+        active = keyspace.active_index(self.prefix)
+        lapse = keyspace.lapse_index(self.prefix)
+        names = [active, lapse, *(keyspace.inbox(w, self.prefix) for w in workers)]
+        writes = {name: [("ZREM", name, schedule_id)] for name in names}
+        # kept in the active index where another node did not answer: a reaper's pass retires it again
+        self._each_node(writes, "retiring a settled schedule from its indexes", hold_back=active)
 
     def due_for_reaping(self, now_ms: int | None = None) -> list[str]:
         """Active schedules, oldest first, a lease of which may have lapsed by now (the lease clock,
