@@ -10,7 +10,8 @@ worker threads so an asyncio program never blocks on Redis, and adds what a long
   lapsed leases (``claims.py``);
 * heartbeats: every held lease is extended each third of the shortest lease TTL among the held
   schedules; a lease the server no longer honours is reported lost so the caller stops that trajectory
-  (one whose completion went unanswered is asked how it ended: that completion may have taken it);
+  (one whose completion went unanswered is asked how it ended: that completion may have taken it):
+  ``heartbeats.py``;
 * cancelled schedules: a lease lost, or a completion or failure report refused, because the trainer
   cancelled the step is expected, not a fault: it is counted apart (``cancelled``, not ``lost`` or
   ``stale``) and told once per schedule at INFO, so that a cancel of a step with hundreds of items
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -44,21 +44,20 @@ from service.sidecar.cancels import Cancels
 from service.sidecar.claims import Claims
 from service.sidecar.hand_backs import RELEASE_GRACE_S as RELEASE_GRACE_S  # the runner, launch read it here
 from service.sidecar.hand_backs import HandBacks
+from service.sidecar.heartbeats import Heartbeats
 from service.sidecar.holdings import Held, Holdings, lease_id
 from service.sidecar.hurry import Hurry
 from service.sidecar.inbox import Inbox, known_order
 from service.sidecar.lease_reports import LeaseReports
 from service.sidecar.ledger import Ledger
-from service.sidecar.outage_retry import TRANSIENT, OutageRetry
+from service.sidecar.outage_retry import OutageRetry
 from service.sidecar.report_turns import ReportTurns
 from service.sidecar.resends import Resends
 
 # re-exported (``X as X``): the runner, the pull API, the metrics and the tests import them from here
 from service.sidecar.session_settings import SessionSettings as SessionSettings
 from service.sidecar.session_settings import SessionStats as SessionStats
-from service.sidecar.session_settings import heartbeat_every_s
 from service.sidecar.unreached import Unreached, missed
-from service.sidecar.waits import sleep_unless
 
 log = logging.getLogger("service.sidecar")
 P = ParamSpec("P")
@@ -75,24 +74,20 @@ class WorkerSession:
     stats: SessionStats = field(default_factory=SessionStats)
     _infos: dict[str, ScheduleInfo] = field(default_factory=dict, init=False)
     _inbox: Inbox = field(default_factory=Inbox, init=False)  # its reads; the known walked without it
-    _heartbeats_failing: bool = field(default=False, init=False)  # the outage is logged once
-    _warned: set[str] = field(default_factory=set, init=False)  # configuration warnings logged once
     # schedules a claim or a heartbeat could not reach while others answered (each told once)
     _unreached_claims: Unreached = field(default_factory=lambda: Unreached("claims"), init=False)
-    _unreached_beats: Unreached = field(default_factory=lambda: Unreached("heartbeats"), init=False)
-    _failed_beat: set[str] = field(default_factory=set, init=False)  # schedules missed by a beat's outage
     _failed_claims: set[str] = field(default_factory=set, init=False)  # missed by claims, since answered
     # schedules found cancelled (told once), and the items of each counted ``cancelled`` (once each)
     _cancelled: Cancels = field(default_factory=Cancels, init=False)
     _gone: set[str] = field(default_factory=set, init=False)  # held, found cancelled (``schedules``)
     _claims: Claims = field(init=False)  # claims, steals, idle reaps and what each keeps per schedule
     _reports: OutageRetry = field(init=False)  # completions, failures, releases: through outages
-    _leased: asyncio.Event = field(default_factory=asyncio.Event, init=False)  # set as a claim leases
     _ledger: Ledger = field(init=False)  # which counter each lease's one end goes to
     turns: ReportTurns = field(default_factory=ReportTurns, init=False)  # a lease's reports, one at a time
     resends: Resends = field(init=False)  # completions Redis never answered, sent again
     _hand_backs: HandBacks = field(init=False)  # releases: how unfinished leases end (``hand_backs.py``)
     _lease_reports: LeaseReports = field(init=False)  # completions and failures (``lease_reports.py``)
+    _heartbeats: Heartbeats = field(init=False)  # the beats, their interval and outage (``heartbeats.py``)
 
     def __post_init__(self) -> None:
         self._reports = OutageRetry(self.settings.retry_for_s)
@@ -105,6 +100,16 @@ class WorkerSession:
         self._hand_backs = HandBacks(self.delivery, self.holdings, self.stats, self._reports, self._ledger)
         self._lease_reports = LeaseReports(
             self.delivery, self.holdings, self.settings, self.stats, self._reports, self._ledger, self.resends
+        )
+        self._heartbeats = Heartbeats(
+            self.delivery,
+            self.holdings,
+            self.settings,
+            self._infos,
+            self._ledger,
+            self.resends,
+            self._forget_ended,
+            self.refused_again,
         )
 
     async def _redis(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -177,7 +182,7 @@ class WorkerSession:
             if len(got) >= want or (kv and got):
                 break
         if got:  # a schedule of a shorter TTL may be among them: the heartbeat's wait is re-read
-            self._leased.set()
+            self._heartbeats.leased.set()
         if (outage := reach.outage()) is not None:
             raise outage
         self._unreached_claims.tell(reach)
@@ -192,14 +197,8 @@ class WorkerSession:
 
     def heartbeat_interval(self) -> float:
         """Seconds between heartbeats: a third of the shortest lease TTL held (or known), or the
-        configured interval while it is shorter than that TTL (``heartbeat_every_s``)."""
-        held = self.holdings.schedules() or set(self._infos)
-        ttls = [self._infos[s].lease_ttl_ms for s in held if s in self._infos]
-        every_s, warning = heartbeat_every_s(self.settings.heartbeat_interval_s, ttls)
-        if warning is not None and warning not in self._warned:  # once per TTL, not once per beat
-            self._warned.add(warning)
-            log.warning(warning)
-        return every_s
+        configured interval while it is shorter than that TTL (``heartbeats.py``)."""
+        return self._heartbeats.interval()
 
     async def until_heartbeat_due(self, since: float) -> None:
         """Sleep until ``heartbeat_interval`` has passed since ``since`` (monotonic seconds), re-read
@@ -210,72 +209,19 @@ class WorkerSession:
         ``sleep_unless``, not ``wait_for`` (``service/sidecar/waits.py``): with it this loop slept on
         after a cancel that met a claim's wake-up, and a shutdown that cancelled the heartbeat just
         after a claim leased waited for it for ever (the pull app's lifespan)."""
-        while (left := since + self.heartbeat_interval() - time.monotonic()) > 0:
-            self._leased.clear()
-            await sleep_unless(self._leased, left)
+        await self._heartbeats.until_due(since, self.heartbeat_interval)
 
     @property
     def heartbeats_failing(self) -> bool:
         """Whether the last heartbeat failed on Redis (the leases keep their deadlines meanwhile): reached
         no schedule. One that reached some, others' Redis Cluster slots or masters not answering, is
         no outage of the session: only those schedules' leases are kept unheard of (``reach.py``)."""
-        return self._heartbeats_failing
+        return self._heartbeats.failing
 
     async def heartbeat(self) -> list[Held]:
         """Extend every held lease; return the holdings whose lease is gone (now forgotten). Then, Redis
-        answering, send again the push completions it never answered (``resends.py``)."""
-        leases = self.holdings.leases()
-        if not leases:
-            await self.resends.kept(probe=True)  # its answer, or none, tells whether Redis answers
-            return []
-        # those not reached last time go last: a master down costs its client's retries (~4 s), and
-        # first in the walk they held every other lease's extension back by as much, at each beat
-        unheard = self._unreached_beats.now = self._unreached_beats.now & {le.schedule_id for le in leases}
-        last = unheard | self._failed_beat
-        leases = sorted(leases, key=lambda lease: lease.schedule_id in last)
-        reach = Reach(self.delivery.client, self.delivery.prefix, learns=True)  # walked in a thread
-        try:
-            alive, reach = await self._redis(self.delivery.heartbeat_reaching, leases, None, reach)
-            if (outage := reach.outage()) is not None:
-                raise outage
-        except TRANSIENT as exc:
-            # walked last next time: first again, two masters failing (reach.py: slots count for their
-            # master) ended every beat there (an outage), and the leases served after them lapsed
-            self._failed_beat = set(reach.missing)
-            if not self._heartbeats_failing:  # once per outage: heartbeats run every ttl/3 seconds
-                log.warning("heartbeat failed, leases keep their deadlines: %s", exc)
-            self._heartbeats_failing = True
-            self.resends.unreachable()  # kept results do not age through an outage
-            return []
-        self._failed_beat = set()
-        unreached = set(reach.missing)  # only their leases are in outage: kept, their deadlines too
-        self._unreached_beats.tell(reach)
-        self.resends.answered({lease.schedule_id for lease in leases} - unreached)
-        self.resends.unreachable(unreached)
-        if self._heartbeats_failing:
-            log.info("heartbeats go through again")
-        self._heartbeats_failing = False
-        self.holdings.refresh(alive)
-        kept = {lease_id(a) for a in alive}
-        lost: list[Held] = []
-        sent: list[Held] = []  # a completion unanswered: it may be what took the lease
-        for lease in leases:
-            held = self.holdings.get(lease_id(lease))
-            if held is None or held.completing or lease_id(lease) in kept or lease.schedule_id in unreached:
-                continue  # finished meanwhile, being reported (the report decides), alive, or unheard of
-            if held.unanswered is not None or held.failure:
-                sent.append(held)
-            else:
-                self._forget_ended(held)
-                lost.append(held)
-        by_schedule: dict[str, list[str]] = {}
-        for held in lost:
-            by_schedule.setdefault(held.lease.schedule_id, []).append(held.lease.key)
-        await self._ledger.gone_each(by_schedule)
-        # a pull lease found gone whose completion or failure report went unanswered: it may have taken it
-        refused = [h for h in sent if await self.refused_again(h)]
-        await self.resends.kept()
-        return lost + refused
+        answering, send again the push completions it never answered (``heartbeats.py``)."""
+        return await self._heartbeats.beat()
 
     async def refused_again(self, held: Held) -> bool:
         """Pull: the unanswered report of a lease held (found gone, or before a hand-back), sent once
