@@ -6,7 +6,8 @@ atomic on POSIX, so a reader sees either no version N or all of it, and two writ
 same number cannot both win (the loser retries with the next number). Latest = highest complete
 version. LightGBM's own text format holds the boosters; metadata.json the rest (features, training
 rows, steps covered, metrics, calibration shift, whether the trace was synthetic) and each booster
-file's SHA-256.
+file's SHA-256 (``store_files.py``: those files, written, read back and checked; this module, the
+numbered versions).
 
 The checksums are checked before LightGBM parses a file: a truncated booster file makes LightGBM
 abort the process (C++ ``terminate``), which no ``except`` catches, so a damaged version would kill
@@ -20,28 +21,33 @@ token (its lock lapsed before it was renewed in) is superseded: listed by no rea
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import math
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from predictors.featurenames import refused
 from predictors.features import FeatureSpec
 from predictors.fsmode import make_folders, make_ordinary, remove_folders
-from predictors.model import FittedModel, ModelMetadata
+from predictors.model import FittedModel
+from predictors.store_files import (
+    BOOSTERS,
+    FILES,
+    check_files,
+    check_fits,
+    fsync,
+    metadata_from_json,
+    metadata_json,
+    sha256,
+    write_boosters,
+)
 from predictors.store_sweep import PREFIX as STAGING
 from predictors.store_sweep import sweep_stale, sweep_stale_marks
 from scheduler.errors import InvalidInputError
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
-_BOOSTERS = ("p50.txt", "p90.txt")
-_FILES = (*_BOOSTERS, "metadata.json")
 _LAST = ".last-version"  # the highest number handed out, so a removed version's number is not reused
 
 
@@ -107,7 +113,7 @@ class ModelStore:
         found = []
         for entry in entries:
             match = _VERSION_DIR.match(entry.name)
-            if match and all((entry / f).is_file() for f in _FILES):
+            if match and all((entry / f).is_file() for f in FILES):
                 found.append(int(match.group(1)))
         fences = {version: self.fence_token(version) for version in found}
         kept = self._fences  # the versions gone forgotten
@@ -168,13 +174,13 @@ class ModelStore:
         sweep_stale_marks(self.root)
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGING))
         try:
-            _write_boosters(model, staging)
-            meta = {**_metadata_json(model), "checksums": {f: _sha256(staging / f) for f in _BOOSTERS}}
+            write_boosters(model, staging)
+            meta = {**metadata_json(model), "checksums": {f: sha256(staging / f) for f in BOOSTERS}}
             if fence_token is not None:
                 meta["fence_token"] = fence_token
             (staging / "metadata.json").write_text(json.dumps(meta, indent=2))
             make_ordinary(staging)  # replicas under other users read the store
-            _fsync(staging, *(staging / f for f in _FILES))
+            fsync(staging, *(staging / f for f in FILES))
             return self._publish(staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -227,7 +233,7 @@ class ModelStore:
                 if not self.path(version).exists():
                     raise
                 continue
-            _fsync(self.root)
+            fsync(self.root)
             self._remember(version)
             return version
         raise RuntimeError(f"could not claim a version number in {self.root}")
@@ -270,13 +276,13 @@ class ModelStore:
         directory = self.path(chosen)
         try:
             raw = json.loads((directory / "metadata.json").read_text())
-            meta = _metadata_from_json(raw)
+            meta = metadata_from_json(raw)
             spec = FeatureSpec(numeric=tuple(raw["numeric"]), categorical=meta.categorical)
             _check_features(spec, directory)  # before the boosters are read: a reload meets it each tick
-            _check_files(directory, raw.get("checksums"))
+            check_files(directory, raw.get("checksums"))
             p50 = lgb.Booster(model_file=str(directory / "p50.txt"))
             p90 = lgb.Booster(model_file=str(directory / "p90.txt"))
-            _check_fits(meta, spec, p50, p90)
+            check_fits(meta, spec, p50, p90)
         except RetiredFeaturesError:
             raise
         # AttributeError: metadata of another shape (a list where a mapping belongs), which must be
@@ -309,85 +315,8 @@ def _superseded(versions: list[int], fences: dict[int, int | None]) -> set[int]:
     return superseded
 
 
-def _write_boosters(model: FittedModel, staging: Path) -> None:
-    """Both booster files; an ``OSError`` when one cannot be written (a full disk), as for any file.
-
-    LightGBM reports a failed write as its own ``LightGBMError``, which callers that handle a
-    store's I/O errors (``predictor train``) did not expect: a full volume was a traceback."""
-    import lightgbm as lgb
-
-    for name, booster in zip(_BOOSTERS, (model.p50, model.p90), strict=True):
-        try:
-            booster.save_model(str(staging / name))
-        except lgb.basic.LightGBMError as error:
-            raise OSError(f"could not write {staging / name}: {error}") from None
-
-
 def _check_features(spec: FeatureSpec, directory: Path) -> None:
     """``RetiredFeaturesError`` where the version's extra features include a name now refused."""
     names = [name for name in (*spec.numeric, *spec.categorical) if refused(name)]
     if names:
         raise RetiredFeaturesError("model_store", str(directory), names)
-
-
-def _check_files(directory: Path, checksums: Any) -> None:
-    """``ValueError`` unless each booster file is the one saved (before LightGBM parses it).
-
-    Versions saved before checksums were written have none and are trusted as they are."""
-    if checksums is None:
-        return
-    for name in _BOOSTERS:
-        if _sha256(directory / name) != checksums[name]:
-            raise ValueError(f"{name} is not the file that was saved (checksum differs: truncated?)")
-
-
-def _check_fits(meta: ModelMetadata, spec: FeatureSpec, *boosters: Any) -> None:
-    """``ValueError`` where metadata, boosters and the features this code builds disagree, which would
-    fail every prediction later (or, with as many columns, feed the boosters the wrong ones)."""
-    if meta.features != spec.names:
-        raise ValueError(
-            f"its features {list(meta.features)} are not the ones this version builds {list(spec.names)}"
-            " (a model of another feature set)"
-        )
-    for booster in boosters:
-        takes, named = booster.num_feature(), len(meta.features)
-        if takes != named:
-            raise ValueError(f"a booster takes {takes} features, metadata names {named}")
-    if not math.isfinite(meta.p90_shift):
-        raise ValueError(f"p90_shift {meta.p90_shift} is not finite")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _fsync(*paths: Path) -> None:
-    """Flush files (and folders, for the names in them) to disk, so a crash leaves no half version."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _metadata_json(model: FittedModel) -> dict[str, Any]:
-    out = asdict(model.metadata)
-    out["numeric"] = list(model.spec.numeric)
-    return out
-
-
-def _metadata_from_json(raw: dict[str, Any]) -> ModelMetadata:
-    return ModelMetadata(
-        features=tuple(raw["features"]),
-        categorical={k: tuple(v) for k, v in raw["categorical"].items()},
-        training_rows=int(raw["training_rows"]),
-        examples=int(raw["examples"]),
-        steps=tuple(int(s) for s in raw["steps"]),
-        p90_shift=float(raw["p90_shift"]),
-        config=dict(raw["config"]),
-        fit_seconds=float(raw["fit_seconds"]),
-        metrics={k: float(v) for k, v in raw["metrics"].items()},
-        synthetic=raw.get("synthetic", False) is True,  # versions saved before the label have none
-        longest_gap=None if raw.get("longest_gap") is None else int(raw["longest_gap"]),  # likewise
-    )
