@@ -286,6 +286,12 @@ def _owner_of(cluster: LocalCluster, slot: int) -> int:
         return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
 
 
+def key_owner(cluster: LocalCluster, key: str) -> int:
+    """The port of the master that serves ``key``'s slot: the one a test kills or pauses to take that
+    key's node down (an inbox's, a schedule's, the active index's)."""
+    return _owner_of(cluster, key_slot(key.encode()))
+
+
 def _spans(port: int, timeout_s: float | None = None) -> list[Span]:
     """The slot map as the node at ``port`` has it: each run of slots with its master's port."""
     with redis.Redis(port=port, socket_timeout=timeout_s) as client:

@@ -15,12 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
-from redis.crc import key_slot
 
 from service.delivery import Delivery, keys
 from service.delivery.errors import IndexNodeDown
-from tests.cluster import LocalCluster, partly_served
+from tests.cluster import LocalCluster, key_owner, partly_served
 from tests.service.delivery.conftest import schedule
 
 pytestmark = pytest.mark.slow
@@ -33,22 +31,15 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _owner(cluster: LocalCluster, key: str) -> int:
-    """The port of the master serving ``key``'s slot."""
-    slot = key_slot(key.encode())
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-
-
 def _layout(cluster: LocalCluster) -> tuple[str, str, str, int]:
     """A schedule id, a worker whose inbox is on a master that neither its keys nor the active index
     are on (the one to kill: its port), and a worker whose inbox is on a master that stays up."""
-    up = _owner(cluster, keys.active_index())
+    up = key_owner(cluster, keys.active_index())
     workers = [f"w{i}" for i in range(64)]
-    lost = next(w for w in workers if _owner(cluster, keys.inbox(w)) != up)
-    down = _owner(cluster, keys.inbox(lost))
-    told = next(w for w in workers if _owner(cluster, keys.inbox(w)) != down)
-    sid = next(f"s{i}" for i in range(10_000) if _owner(cluster, keys.schedule_keys(f"s{i}").meta) != down)
+    lost = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != up)
+    down = key_owner(cluster, keys.inbox(lost))
+    told = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != down)
+    sid = next(f"s{i}" for i in range(10_000) if key_owner(cluster, keys.schedule_keys(f"s{i}").meta) != down)
     return sid, lost, told, down
 
 

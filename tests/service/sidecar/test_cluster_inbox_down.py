@@ -27,7 +27,7 @@ from service.delivery.retries import short_retry
 from service.sidecar import inbox
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, partly_served, serve_everywhere, unserve_range
+from tests.cluster import LocalCluster, key_owner, partly_served, serve_everywhere, unserve_range
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -40,17 +40,10 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _owner(cluster: LocalCluster, key: str) -> int:
-    """The port of the master serving ``key``'s slot."""
-    slot = key_slot(key.encode())
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-
-
 def _elsewhere(cluster: LocalCluster, start: str, port: int) -> str:
     """A schedule id starting ``start`` whose keys are not on the master at ``port``."""
     ids = (f"{start}{i}" for i in range(10_000))
-    return next(sid for sid in ids if _owner(cluster, keys.schedule_keys(sid).meta) != port)
+    return next(sid for sid in ids if key_owner(cluster, keys.schedule_keys(sid).meta) != port)
 
 
 class _Counted(Delivery):
@@ -70,7 +63,7 @@ def _session(cluster: LocalCluster) -> WorkerSession:
 
 
 def _kill_inbox_master(cluster: LocalCluster) -> int:
-    port = _owner(cluster, keys.inbox("w"))
+    port = key_owner(cluster, keys.inbox("w"))
     next(node for node in cluster.nodes if node.port == port).kill()
     return port
 
@@ -83,7 +76,7 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
     completed and accepted once, the inbox's failure is told once, and the second claim, within
     ``RETRY_S`` of it, does not ask the inbox again. Before: every claim raised."""
     monkeypatch.setattr(inbox, "RETRY_S", 60.0)  # both claims within it on a loaded host too
-    inbox_port = _owner(cluster, keys.inbox("w"))
+    inbox_port = key_owner(cluster, keys.inbox("w"))
     old, gone, young = (_elsewhere(cluster, start, inbox_port) for start in ("o", "g", "y"))
     delivery = Delivery(cluster.client())
     for sid in (old, gone, young):  # published in this order: the inbox's order too
@@ -111,7 +104,7 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
 
 def test_a_session_that_knows_no_schedule_raises_the_inbox_masters_error(cluster: LocalCluster) -> None:
     """Nothing known to claim from: the claim is the runner's outage, as before."""
-    inbox_port = _owner(cluster, keys.inbox("w"))
+    inbox_port = key_owner(cluster, keys.inbox("w"))
     sid = _elsewhere(cluster, "s", inbox_port)
     publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
     session = _session(cluster)
@@ -127,7 +120,7 @@ def test_a_claim_reads_the_inbox_again_once_its_slot_is_served_and_claims_a_sche
     inbox, asked again in the background, is read once its slot is served: a schedule published since
     is claimed, and one line says the inbox answers again."""
     monkeypatch.setattr(inbox, "RETRY_S", 0.0)
-    inbox_port = _owner(cluster, keys.inbox("w"))
+    inbox_port = key_owner(cluster, keys.inbox("w"))
     known, later = (_elsewhere(cluster, start, inbox_port) for start in ("k", "l"))
     delivery = Delivery(cluster.client())
     publish(delivery, known, {"w": [item(known, i, 5) for i in range(50)]}, lease_ttl_ms=60_000)

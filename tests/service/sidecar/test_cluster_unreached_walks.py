@@ -27,7 +27,7 @@ from service.delivery.reaper import reap_all
 from service.delivery.retries import short_retry
 from service.sidecar.holdings import Holdings, lease_id
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, partly_served, serve, serve_everywhere, slot_of, unserve
+from tests.cluster import LocalCluster, key_owner, partly_served, serve, serve_everywhere, slot_of, unserve
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -132,19 +132,12 @@ def _eventually(read: object, within_s: float = 30.0) -> object:
     return value
 
 
-def _owner(cluster: LocalCluster, key: str) -> int:
-    """The port of the master serving ``key``'s slot."""
-    slot = key_slot(key.encode())
-    with redis.Redis(port=cluster.nodes[0].port) as client:
-        return next(int(m[1]) for lo, hi, m, *_ in client.cluster("SLOTS") if lo <= slot <= hi)
-
-
 def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper() -> None:
     """One master's process killed (connection refused), the others serving: a heartbeat extends the
     leases on the others, a claim leases from them, and a reaper pass requeues their lapsed leases.
     Before, its ``ConnectionError`` (after the client's own retries, seconds) ended each walk there."""
     with partly_served() as cluster:
-        indexes = {_owner(cluster, keys.inbox("w")), _owner(cluster, keys.active_index())}
+        indexes = {key_owner(cluster, keys.inbox("w")), key_owner(cluster, keys.active_index())}
         dead = next(node for node in cluster.nodes if node.port not in indexes)
         down, up = _on(cluster, "a", dead.port, True), _on(cluster, "z", dead.port, False)
         delivery = Delivery(_as_deployed(cluster))
@@ -179,7 +172,7 @@ def test_a_master_down_is_passed_over_by_the_heartbeat_the_claim_and_the_reaper(
 def _on(cluster: LocalCluster, start: str, port: int, there: bool) -> str:
     """A schedule id starting ``start`` whose keys are (``there``) or are not on the master at ``port``."""
     ids = (f"{start}{i}" for i in range(10_000))
-    return next(sid for sid in ids if (_owner(cluster, keys.schedule_keys(sid).meta) == port) == there)
+    return next(sid for sid in ids if (key_owner(cluster, keys.schedule_keys(sid).meta) == port) == there)
 
 
 class _Walked(Delivery):
@@ -238,8 +231,8 @@ def test_a_claim_whose_settings_reads_answered_is_no_outage_at_two_unserved_slot
 def _two_masters(cluster: LocalCluster) -> str:
     """An id starting "m" on none of the masters of ``aaa``, ``zzz`` and the inbox: with ``aaa``'s,
     its slot's failure is a second master's (one master's slots count once toward an outage)."""
-    taken = {_owner(cluster, keys.schedule_keys(sid).meta) for sid in ("aaa", "zzz")}
-    taken.add(_owner(cluster, keys.inbox("w")))
+    taken = {key_owner(cluster, keys.schedule_keys(sid).meta) for sid in ("aaa", "zzz")}
+    taken.add(key_owner(cluster, keys.inbox("w")))
     free = next(node.port for node in cluster.nodes if node.port not in taken)
     return _on(cluster, "m", free, True)
 
