@@ -9,6 +9,7 @@ its start and its size where it is long, so a 422 never sends a huge input back.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,11 @@ PATH_TAIL = 2  # and at its end
 # What pydantic puts before the words of a validator's own ``ValueError`` or ``assert`` (error types
 # ``value_error`` and ``assertion_error``): the message is the project's, and reads as it alone
 VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+ECHOED = (int, float, str)  # inputs a 422 names (``bool`` is an ``int``); an object or a list is not
+# errors whose fault is the field itself, not its value: a detail names no value for them (a missing
+# query parameter's input is None, which no one sent; an unknown field's value is not what is wrong),
+# nor for a refused name of a map (a feature's: located at ``(..., name, "[key]")``, the name its input)
+FIELD_FAULTS = frozenset({"missing", "extra_forbidden"})
 
 
 def field_path(loc: Sequence[int | str], tagged: bool = True) -> str:
@@ -72,7 +78,7 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     A body that is not JSON at all has no field: pydantic locates it at a character offset, which is
     reported as ``body`` with the offset in the message. The first error's ``value`` is its input
     where that is a scalar (a whole object would repeat the request back), a long one cut short
-    (``echo``); ``errors[]`` carries no inputs at all."""
+    (``echo``), and the detail names it after the field (``named``); ``errors[]`` carries no inputs."""
     unique: dict[str, dict[str, Any]] = {}
     for err in reversed(raw):
         path = field_path(err["loc"], err["type"] != "extra_forbidden") or "body"
@@ -82,22 +88,41 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
         if err["type"] == "extra_forbidden" and (where := hint(path)) is not None:
             message = f"{message}: {where}"  # "not permitted" alone says nothing of what to send
         entry = {"field": path, "message": message, "type": err["type"], "input": err.get("input")}
+        entry["named"] = err["type"] not in FIELD_FAULTS and tuple(err["loc"][-1:]) != ("[key]",)
         if path not in unique or not _wrong_member(entry) or _wrong_member(unique[path]):
             unique[path] = entry
     errors = list(reversed(unique.values()))
     errors.sort(key=_unhinted)  # a misplaced field first: it is the fault, and the "Field required"
     # it leaves (``max_tokens`` sent for ``max_new_tokens``) follows
-    first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None}
-    detail = f"{first['field']}: {first['message']}"
-    if len(errors) > 1:
-        detail += f" (and {len(errors) - 1} more)"
+    first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None, "named": False}
     value = first.pop("input")
+    lead = named(first["field"], value) if first.pop("named") else first["field"]
     for err in errors:
         err.pop("input", None)
+        err.pop("named", None)
     extra: dict[str, Any] = {"field": first["field"], "errors": errors}
-    if isinstance(value, (int, float, bool, str)):
+    if isinstance(value, ECHOED):
         extra["value"] = echo(value)
+    detail = f"{lead}: {first['message']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more)"
     return detail, extra
+
+
+def named(field: str, value: object) -> str:
+    """How a detail leads: ``field=value`` where the input at fault is a number, a text, a boolean or
+    null, else ``field`` alone (a missing field's input is its parent object, which would repeat the
+    request back). The core's refusals read so (``batch.items[3].prompt_id='p1': duplicate ...``),
+    and pydantic's did not: ``batch.items[0].n: Input should be greater than or equal to 1`` left a
+    client to find which of its values that was in ``value`` (user65). A text is quoted as Python
+    writes it (as the core's are), ``true``/``false``/``null`` as the JSON sent them, and a long one
+    by its start and its size (``shortened``), so the detail never sends a huge input back."""
+    if value is None or isinstance(value, bool):
+        return f"{field}={json.dumps(value)}"
+    if not isinstance(value, ECHOED):
+        return field
+    short = shortened(value)
+    return f"{field}={value!r}" if short is None else f"{field}={short}"
 
 
 def own_words(message: str) -> str:

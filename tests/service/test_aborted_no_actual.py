@@ -44,7 +44,7 @@ def test_the_api_refuses_an_aborted_report_for_its_finish_and_stores_none_of_the
     response = client.post("/actuals", json={"actuals": batch})
     assert response.status_code == 422
     assert response.json()["field"] == "actuals[1].finish_reason"
-    assert response.json()["detail"] == f"actuals[1].finish_reason: {NO_LENGTH}"
+    assert response.json()["detail"] == f"actuals[1].finish_reason='abort': {NO_LENGTH}"
     assert redis_client.exists("rs:actuals") == 0
 
 

@@ -39,7 +39,7 @@ def test_the_api_refuses_it_naming_the_report_field(client: TestClient, redis_cl
     response = client.post("/actuals", json={"actuals": [{**actual_report(0, 1, 0), "output_tokens": 0}]})
     assert response.status_code == 422
     assert response.json()["field"] == "actuals[0].output_tokens"
-    assert response.json()["detail"] == f"actuals[0].output_tokens: {WORDS}"
+    assert response.json()["detail"] == f"actuals[0].output_tokens=0: {WORDS}"
     assert redis_client.exists("rs:actuals") == 0
 
 
