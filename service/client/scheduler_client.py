@@ -31,6 +31,7 @@ from service.api.progress_schemas import (
 from service.api.schemas import ScheduleId, ScheduleRequest, ScheduleResponse
 from service.auth.tokens import check_token
 from service.client.actuals import actual_from_result, summed
+from service.client.args import bodies_of, body_of, mapping, refused, seconds, sizes, text, whole
 from service.client.steps import check_whole, whole_groups
 from service.client.tls import verified_context
 from service.client.wire import (
@@ -86,10 +87,11 @@ class SchedulerClient:
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        token = check_token((token or "").strip())  # read from a file, a token often ends in a newline
+        token = text("token", "" if token is None else token)
+        token = check_token(token.strip())  # read from a file, a token often ends in a newline
         check_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._timeout_s = timeout_s
+        self._timeout_s = timeout_s = seconds("timeout_s", timeout_s)
         self._http = httpx.Client(  # the process's one TLS context: building one is ~34 ms of CPU
             base_url=url, headers=headers, timeout=timeout_s, transport=transport, verify=verified_context()
         )
@@ -119,7 +121,7 @@ class SchedulerClient:
         Each attempt tells the service how long this client waits for it (``DEADLINE_HEADER``: its
         ``timeout_s``), so the service caps the plan's budget to answer within it, and refuses (504,
         retried as above) a plan it cannot publish by then rather than publish one nobody reads."""
-        body = request.model_dump(exclude_none=True) if isinstance(request, ScheduleRequest) else request
+        body = body_of("request", request, ScheduleRequest)  # a TypeError, before anything is sent
         waits = {DEADLINE_HEADER: str(max(0, int(self._timeout_s * 1000)))}
         send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body, headers=waits)
         return self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()
@@ -147,6 +149,7 @@ class SchedulerClient:
         (the HTTP timeout is stretched by as much, so a long poll is never cut short as a timeout).
         Only a read, so a retryable failure is retried for up to ``outage_s``, as ``progress`` is:
         it was sent once, and a trainer paging results itself met a restart as an error."""
+        after, count, wait_ms = text("after", after), whole("count", count), whole("wait_ms", wait_ms)
         read = functools.partial(self._results, schedule_id, after, count, wait_ms)
         return self._outlasting(read, None, outage_s)
 
@@ -188,7 +191,8 @@ class SchedulerClient:
         so a retryable failure (a restart, Redis down) is retried for up to ``outage_s`` before it
         is raised.
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        poll_ms = whole("poll_ms", poll_ms)
+        deadline = None if timeout_s is None else time.monotonic() + seconds("timeout_s", timeout_s)
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:
@@ -223,6 +227,7 @@ class SchedulerClient:
     def _outlasting(call: Callable[[], T], deadline: float | None, outage_s: float) -> T:
         """``call()``, retried every ``OUTAGE_PAUSE_S`` while it fails retryably, for up to ``outage_s``;
         then its error is raised. Past ``deadline`` it is ``wait``'s own ``TimeoutError``, as promised."""
+        seconds("outage_s", outage_s)  # compared only once a try failed: a text was a TypeError then
         failing_since: float | None = None
         tries = 0
         while True:
@@ -257,9 +262,9 @@ class SchedulerClient:
         answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest.
         Reports of a step cancelled before it finished are refused (409 ``step-cut-short``, nothing
         of that chunk stored) unless ``partial``: they are its short trajectories alone."""
-        if chunk < 1:  # range() refused 0 with its own words; a negative one sent nothing, then failed
+        if (chunk := whole("chunk", chunk)) < 1:  # range() refused 0; a negative one sent nothing
             raise ValueError(f"chunk={chunk!r}: reports per request must be at least 1")
-        body = [r.model_dump(exclude_none=True) if isinstance(r, ActualReport) else dict(r) for r in reports]
+        body = bodies_of("reports", reports, ActualReport)  # one report alone, not in a list: a TypeError
         answers = [
             self._outlasting(
                 functools.partial(self._post_actuals, body[start : start + chunk], partial), None, outage_s
@@ -296,10 +301,13 @@ class SchedulerClient:
         Returns the service's answer, or None when nothing was left to send (no group whole, every
         result aborted): no request is made then.
         """
+        if not isinstance(finished, StepResults):  # its progress, say: an AttributeError of .progress
+            raise refused("finished", "the StepResults of wait()", finished)
+        step, group_sizes = whole("step", step), sizes("group_sizes", group_sizes)
+        known, scored = mapping("prompt_tokens", prompt_tokens), mapping("rewards", rewards)
         if not partial:
             check_whole(finished.progress)
         sid = finished.progress.schedule_id  # tells the service the profiles the step was planned with
-        known, scored = prompt_tokens or {}, rewards or {}
         kept = finished.results if group_sizes is None else whole_groups(finished.results, group_sizes)
         reports = [
             report
@@ -345,6 +353,7 @@ def _schedule_path(schedule_id: str) -> str:
     naming ``schedule_id`` for any other, before a request is sent. Sent as is, an id holding ``#``,
     ``?`` or ``/`` named another path (``step#1`` read step's progress or results, or cancelled it),
     and ``/`` stays one even percent-encoded: the server decodes the path before it routes."""
+    text("schedule_id", schedule_id)  # None or a number: a TypeError, not a ValueError quoting 'None'
     try:
         return f"/schedule/{_SCHEDULE_ID.validate_python(schedule_id)}"
     except ValidationError as error:

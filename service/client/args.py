@@ -1,0 +1,97 @@
+"""The client's checks of what a caller passed, before anything is sent: a ``TypeError`` naming the
+argument and the type it got.
+
+A trainer that passed the wrong thing met Python's error from deep inside the client, naming neither
+the argument nor the method: ``schedule(None)`` (a body read from a missing file) raised
+``AttributeError: 'NoneType' object has no attribute 'get'``, ``schedule('{"batch": ...}')`` (the
+JSON text rather than the object) the same of ``str``, ``report_actuals(report)`` (one report, not a
+list of them) a ``ValueError`` of ``dict()``, ``report_results(step, progress)`` an
+``AttributeError`` of ``.progress``, and a ``timeout_s`` of ``"60"`` was multiplied into a deadline
+header of a thousand digits. Found walking the client as a new user would (user65).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def kind(value: object) -> str:
+    """The name of ``value``'s type, as a ``TypeError`` says what it got."""
+    return type(value).__name__
+
+
+def refused(name: str, wanted: str, value: object, hint: str = "") -> TypeError:
+    """The ``TypeError`` for argument ``name``: what it takes and the type it got (and ``hint``)."""
+    return TypeError(f"{name}: expected {wanted}, got {kind(value)}{hint}")
+
+
+def _an(noun: str) -> str:
+    """``noun`` after its article: "an ActualReport", "a ScheduleRequest"."""
+    return f"an {noun}" if noun[:1] in "AEIOU" else f"a {noun}"
+
+
+def _json_hint(value: object) -> str:
+    """What a refusal of a body adds when it was given the JSON text rather than the object."""
+    return "; decode a JSON text first (json.loads)" if isinstance(value, (str, bytes)) else ""
+
+
+def body_of(name: str, value: object, model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON object a body argument stands for: a ``model`` instance dumped (fields left unset
+    sent as absent), a mapping as a dict; ``TypeError`` for anything else (a list, a text, None)."""
+    if isinstance(value, model):
+        return value.model_dump(exclude_none=True)
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise refused(name, f"{_an(model.__name__)} or a mapping", value, _json_hint(value))
+
+
+def bodies_of(name: str, values: object, model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Each of a sequence of bodies (``body_of``, named ``name[i]``); ``TypeError`` for one body
+    alone (a mapping), a text, or anything else that is no sequence of them."""
+    if isinstance(values, (Mapping, str, bytes, BaseModel)) or not isinstance(values, Iterable):
+        raise refused(name, f"a sequence of {model.__name__} or mappings", values, _json_hint(values))
+    return [body_of(f"{name}[{i}]", value, model) for i, value in enumerate(values)]
+
+
+def whole(name: str, value: object) -> int:
+    """``value`` as an ``int`` if it is an integer (a numpy one too, as a trainer's counts often are;
+    not a boolean, a float or a text), else ``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise refused(name, "an int", value)
+    return int(value)
+
+
+def seconds(name: str, value: object) -> float:
+    """``value`` as a ``float`` if it is a real number of seconds (not a boolean, not a text), else
+    ``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise refused(name, "a number of seconds", value)
+    return float(value)
+
+
+def text(name: str, value: object) -> str:
+    """``value`` if it is a ``str``, else ``TypeError``."""
+    if not isinstance(value, str):
+        raise refused(name, "a str", value)
+    return value
+
+
+def sizes(name: str, value: object) -> int | Mapping[str, int] | None:
+    """``value`` if it is an int, a mapping or None (``report_results``'s ``group_sizes``), else
+    ``TypeError``."""
+    if value is not None and not isinstance(value, Mapping):
+        return whole(name, value)
+    return value
+
+
+def mapping(name: str, value: object) -> Mapping[Any, Any]:
+    """``value`` if it is a mapping or None (as an empty one), else ``TypeError``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise refused(name, "a mapping or None", value)
+    return value

@@ -1,0 +1,138 @@
+"""An argument of the wrong type is a ``TypeError`` naming the argument and the type it got, raised
+before any request is sent (``service/client/args.py``): ``schedule(None)`` was ``AttributeError:
+'NoneType' object has no attribute 'get'`` from inside the client, ``report_actuals(one_report)`` a
+``ValueError`` of ``dict()``, ``report_results(step, progress)`` an ``AttributeError`` of
+``.progress``, and ``progress(None)`` a ``ValueError`` quoting ``'None'`` as if it were an id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from types import MappingProxyType
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from service.api.progress_schemas import ProgressResponse
+from service.client import SchedulerAPIError, SchedulerClient
+from service.client.scheduler_client import StepResults
+from tests.service.api_helpers import actual_report, batch_body
+
+COUNTS = {"total": 0, "queued": 0, "running": 0, "done": 0, "failed": 0}
+PROGRESS = ProgressResponse.model_validate(
+    {**COUNTS, "schedule_id": "s1", "workers": {}, "dead_letter": [], "dead_letters": []}
+)
+NOTHING = StepResults([], PROGRESS)  # a finished step of no result
+Call = Callable[[Any], object]  # a client, called with what its signature refuses
+
+
+@pytest.fixture
+def sent() -> list[httpx.Request]:
+    """The requests the client sent (each answered 422)."""
+    return []
+
+
+@pytest.fixture
+def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
+    """A client whose every request is recorded and refused: no test here should send any."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(422, json={"title": "Invalid request", "detail": "refused"})
+
+    with SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(refuse)) as made:
+        yield made
+
+
+# a call with one argument of the wrong type -> the start of its TypeError
+WRONG: dict[str, tuple[Call, str]] = {
+    "schedule(a list)": (
+        lambda c: c.schedule([batch_body()]),
+        "request: expected a ScheduleRequest or a mapping, got list",
+    ),
+    "schedule(JSON text)": (
+        lambda c: c.schedule(json.dumps(batch_body())),
+        "request: expected a ScheduleRequest or a mapping, got str; decode a JSON text first",
+    ),
+    "schedule(None)": (
+        lambda c: c.schedule(None),
+        "request: expected a ScheduleRequest or a mapping, got NoneType",
+    ),
+    "progress(None)": (lambda c: c.progress(None), "schedule_id: expected a str, got NoneType"),
+    "cancel(7)": (lambda c: c.cancel(7), "schedule_id: expected a str, got int"),
+    "results(wait_ms='5')": (lambda c: c.results("s1", wait_ms="5"), "wait_ms: expected an int, got str"),
+    "results(count=1.5)": (lambda c: c.results("s1", count=1.5), "count: expected an int, got float"),
+    "wait(timeout_s='60')": (
+        lambda c: c.wait("s1", timeout_s="60"),
+        "timeout_s: expected a number of seconds, got str",
+    ),
+    "progress(outage_s='60')": (
+        lambda c: c.progress("s1", outage_s="60"),
+        "outage_s: expected a number of seconds",
+    ),
+    "report_actuals(one report)": (
+        lambda c: c.report_actuals(actual_report(1, 2, 3)),
+        "reports: expected a sequence of ActualReport or mappings, got dict",
+    ),
+    "report_actuals([None])": (
+        lambda c: c.report_actuals([actual_report(1, 2, 3), None]),
+        "reports[1]: expected an ActualReport or a mapping, got NoneType",
+    ),
+    "report_actuals(None)": (lambda c: c.report_actuals(None), "reports: expected a sequence"),
+    "report_results(a dict)": (
+        lambda c: c.report_results(1, {"results": []}),
+        "finished: expected the StepResults of wait(), got dict",
+    ),
+    "report_results(rewards=[])": (
+        lambda c: c.report_results(1, NOTHING, rewards=[]),
+        "rewards: expected a mapping or None, got list",
+    ),
+    "report_results(group_sizes='4')": (
+        lambda c: c.report_results(1, NOTHING, group_sizes="4"),
+        "group_sizes: expected an int, got str",
+    ),
+}
+
+
+@pytest.mark.parametrize(("call", "words"), WRONG.values(), ids=WRONG.keys())
+def test_a_wrong_type_is_a_type_error_naming_it_before_anything_is_sent(
+    client: SchedulerClient, sent: list[httpx.Request], call: Call, words: str
+) -> None:
+    with pytest.raises(TypeError) as refused:
+        call(client)
+    assert str(refused.value).startswith(words), refused.value
+    assert sent == []
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({"token": 123}, "token: expected a str, got int"),
+        ({"timeout_s": "60"}, "timeout_s: expected a number"),
+    ],
+)
+def test_the_client_is_built_with_a_str_token_and_a_number_of_seconds(
+    given: dict[str, Any], words: str
+) -> None:
+    """A ``timeout_s`` of ``"60"`` was multiplied into ``POST /schedule``'s deadline header: 60...60."""
+    with pytest.raises(TypeError, match=f"^{words}"):
+        SchedulerClient("http://scheduler:8000", **given)
+
+
+def test_any_mapping_is_sent_as_its_json_object(client: SchedulerClient, sent: list[httpx.Request]) -> None:
+    """A read-only mapping (``MappingProxyType``) is a ``Mapping`` as the signature says: it was
+    handed to ``json.dumps`` as is, which refused it (``not JSON serializable``)."""
+    body = batch_body(prompts=1, n=1)
+    with pytest.raises(SchedulerAPIError):
+        client.schedule(MappingProxyType(body))
+    assert [json.loads(request.content) for request in sent] == [body]
+
+
+def test_numpy_counts_are_counts(client: SchedulerClient, sent: list[httpx.Request]) -> None:
+    """A trainer's counts are often numpy integers: taken as the ints they are, not refused."""
+    with pytest.raises(SchedulerAPIError):
+        client.results("s1", count=np.int64(5), wait_ms=np.int32(0), outage_s=np.float64(0))  # type: ignore[arg-type]
+    assert sent[0].url.params["count"] == "5"
