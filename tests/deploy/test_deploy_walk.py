@@ -21,7 +21,8 @@ import yaml
 from service.delivery.acl import DEFAULT_PASSWORD_ENV, ROLES
 from service.settings import Settings
 from tests.deploy.cliargs import option_envvars, parse_cli
-from tests.deploy.manifests import IMAGE, containers_of, pod_spec, workloads
+from tests.deploy.dockerfile import read_dockerfile, stages
+from tests.deploy.manifests import IMAGE, containers_of, find_one, pod_spec, workloads
 from tests.deploy.test_compose import COMPOSE, _resolved
 from tests.doc_refs import ROOT
 from tests.test_doc_sections import _CONTINUATION, _QUOTED, _REFERENCE, Reference, _broken
@@ -113,6 +114,22 @@ def test_every_variable_a_compose_container_of_our_image_gets_is_read_by_somethi
 def test_a_variable_nothing_reads_is_caught() -> None:
     assert "ROLLOUT_REDIS_USER" not in _read_by(["sidecar", "--worker-id", "w", "--engine-url", "http://e:1"])
     assert "ROLLOUT_ACL_SIDECAR_PASSWORD" in _read_by(["redis-acl"])
+
+
+def test_each_setting_the_image_sets_is_a_setting_and_the_deploy_files_give_it_the_same_value() -> None:
+    """The image's ``ENV`` reaches every container of it (``ROLLOUT_MODEL_DIR``, the store the image
+    creates for its user): a name serve does not read is one the operator trusts in vain, and a compose
+    file or ConfigMap that moved the store elsewhere would write to a folder the user may not own."""
+    final = stages(read_dockerfile(ROOT / "deploy" / "Dockerfile"))[-1]
+    words = [word for ins in final if ins.keyword == "ENV" for word in ins.args]
+    settings = {k: v for k, v in (word.split("=", 1) for word in words) if k.startswith("ROLLOUT_")}
+    assert settings, "the image sets its model store"
+    assert set(settings) <= _read_by(["serve"])
+    configmap = find_one("ConfigMap", "rollout-scheduler")["data"]
+    compose = _compose_services()["scheduler"]["environment"]
+    for name, value in settings.items():
+        assert configmap.get(name, value) == value, name
+        assert compose.get(name, value) == value, name
 
 
 def _deploy_references() -> tuple[Reference, ...]:
