@@ -94,7 +94,8 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     errors = list(reversed(unique.values()))
     errors.sort(key=_unhinted)  # a misplaced field first: it is the fault, and the "Field required"
     # it leaves (``max_tokens`` sent for ``max_new_tokens``) follows
-    first = errors[0] if errors else {"field": "body", "message": "invalid", "input": None, "named": False}
+    nothing: dict[str, Any] = {"field": "body", "message": "invalid", "input": None, "named": False}
+    first = errors[0] if errors else nothing
     value = first.pop("input")
     lead = named(first["field"], value) if first.pop("named") else first["field"]
     for err in errors:
