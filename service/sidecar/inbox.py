@@ -56,20 +56,28 @@ class Inbox:
         """The schedule ids announced to ``worker_id``, oldest first; None where the inbox's slot or
         master does not answer (one of ``walk.catches``) and ``known`` has schedules to claim from:
         the caller walks those (``known_order``). Raised where nothing is known, or the whole cluster
-        is down (every known schedule would fail the same). While failing, ``again``'s answer."""
+        is down (every known schedule would fail the same). While failing, ``_again``'s answer."""
         if self.failing is not None and known:
-            return self.again(delivery, worker_id, walk)
+            return self._again(delivery, worker_id, walk)
         try:
             ids = await asyncio.to_thread(delivery.schedules_for, worker_id)
         except walk.catches as error:
             if not known or whole_cluster_down(error):
                 raise
-            self._failed(worker_id, error, len(known))
+            if self.failing is None:
+                log.warning(
+                    "claims cannot read worker %s's inbox (its Redis Cluster slot or master does not"
+                    " answer: %s); claiming from the %d schedules known, none published since",
+                    worker_id,
+                    error,
+                    len(known),
+                )
+            self._failed(error)
             return None
         self._answered(worker_id)
         return ids
 
-    def again(self, delivery: Delivery, worker_id: str, walk: Reach) -> list[str] | None:
+    def _again(self, delivery: Delivery, worker_id: str, walk: Reach) -> list[str] | None:
         """While failing: the background read's answer once it came (None where it failed too, the
         next one due ``RETRY_S`` later), else None, a read started where one is due. Never waited on:
         a silent master held each claim that asked it 15 s."""
@@ -88,25 +96,20 @@ class Inbox:
             return asking.result()
         if not isinstance(error, walk.catches):
             raise error
-        self._failed(worker_id, error, 0)
+        self._failed(error)
         return None
 
-    def _failed(self, worker_id: str, error: Exception, known: int) -> None:
-        """A read failed: asked again ``RETRY_S`` from now; a warning once an outage."""
-        if self.failing is None:
-            log.warning(
-                "claims cannot read worker %s's inbox (its Redis Cluster slot or master does not"
-                " answer: %s); claiming from the %d schedules known, none published since",
-                worker_id,
-                error,
-                known,
-            )
+    def _failed(self, error: Exception) -> None:
+        """A read failed: the inbox is asked again ``RETRY_S`` from now."""
         self.failing, self.retry_at = error, time.monotonic() + RETRY_S
 
     def _answered(self, worker_id: str) -> None:
+        """A read answered. A background read still under way, or answered and not taken yet, is
+        dropped: sent before this answer, it says older news, and taken at the next outage it put
+        back schedules the inbox had dropped since, and dropped those it had gained (review65)."""
         if self.failing is not None:
             log.info("claims read worker %s's inbox again", worker_id)
-        self.failing = None
+        self.failing, self._asking = None, None
 
 
 def _retrieved(task: asyncio.Task[list[str]]) -> None:
