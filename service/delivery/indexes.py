@@ -191,8 +191,10 @@ class DeliveryIndexes(DeliveryViews):
         """Send ``writes`` (each key's commands) in one pipeline per node the cluster client's map
         sends the keys to, each whatever the others answer; the first node that did not answer is
         raised (``IndexNodeDown``) after the rest. ``hold_back``'s node, where given, is sent last,
-        and not at all where another did not answer (``_retire``). A single Redis, or a slot the map
-        sends nowhere: one pipeline, its error raised as it is."""
+        and not at all where another did not answer (``_retire``), and ``hold_back``'s own commands
+        last in its pipeline: a pipeline cut short (its node gone mid-way, a command of it redirected to
+        a node down) has run a head of it, so ``hold_back`` stays where any other did not land. A single
+        Redis, or a slot the map sends nowhere: one pipeline, its error raised as it is."""
         client = self.client
         names = list(writes)
         groups: dict[str | None, list[str]] = (
@@ -204,7 +206,7 @@ class DeliveryIndexes(DeliveryViews):
             if down is not None and hold_back in group:
                 break
             pipe = self.client.pipeline(transaction=False)
-            for command in (c for name in group for c in writes[name]):
+            for command in (c for name in sorted(group, key=lambda n: n == hold_back) for c in writes[name]):
                 pipe.execute_command(*command)
             try:
                 pipe.execute()
@@ -235,8 +237,9 @@ class DeliveryIndexes(DeliveryViews):
         (``IndexNodeDown``), after the others' indexes are retired. One pipeline for them all raised
         redis-py's bare "Connection refused" or timeout, naming no node, which its callers took for the
         schedule's master's, whose script had just answered (review53b). The active index's node is
-        sent last, and not where another did not answer: the schedule stays in the reapers' index, so
-        a reaper's pass over it (a reap of a settled schedule answers it settled) retires it again."""
+        sent last, and not where another did not answer, and its removal from that index last on it:
+        the schedule stays in the reapers' index wherever some removal may not have landed, so a
+        reaper's pass over it (a reap of a settled schedule answers it settled) retires it again."""
         try:
             workers = self.info(schedule_id).workers
         except UnknownScheduleError:

@@ -16,6 +16,8 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+import redis
+from redis.client import Pipeline
 from redis.cluster import RedisCluster
 
 from service.delivery import Delivery, keys, remap
@@ -87,3 +89,35 @@ def test_a_reapers_pass_retires_a_settled_schedule_the_retire_left_behind(delive
     assert delivery.due_for_reaping(T0) == ["s"]
     delivery.reap("s", now_ms=T0)
     assert (delivery.active_schedules(), delivery.schedules_for("a")) == ([], [])
+
+
+def test_a_retire_cut_short_on_a_node_leaves_the_schedule_to_the_reapers(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Redis whose connection drops once the retire's pipeline has run its first command (a
+    node that died mid-pipeline; on a cluster, a command of it redirected to a node down): the
+    schedule stays in the active index, sent last on its node too, so the reapers' pass retires it
+    from the inboxes the cut left it in. Sent first there, the active index's went and the others
+    stayed: an inbox held the cancelled schedule with nothing left to retire it (review65)."""
+    delivery.publish(schedule("s", {"a": 1, "b": 1}), now_ms=T0)
+    pipeline = delivery.client.pipeline
+
+    def cut_short(transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        pipe = pipeline(transaction, shard_hint)
+
+        def first_only() -> list[object]:
+            args, _ = pipe.command_stack[0]
+            delivery.client.execute_command(*args)  # type: ignore[no-untyped-call]
+            raise redis.ConnectionError("Connection lost mid-pipeline")
+
+        pipe.execute = first_only  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(delivery.client, "pipeline", cut_short)
+    with pytest.raises(redis.ConnectionError):
+        delivery.cancel("s")
+    monkeypatch.undo()
+    assert delivery.due_for_reaping(T0) == ["s"]
+    delivery.reap("s", now_ms=T0)
+    left = (delivery.active_schedules(), delivery.schedules_for("a"), delivery.schedules_for("b"))
+    assert left == ([], [], [])
