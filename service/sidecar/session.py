@@ -191,8 +191,9 @@ class WorkerSession:
     async def _take(self, info: ScheduleInfo, count: int) -> list[Lease]:
         try:
             return await self._claims.take(info, count)
-        except UnknownScheduleError:
+        except UnknownScheduleError:  # forgotten whole here: no inbox read sees it known again
             self._infos.pop(info.schedule_id, None)
+            self._claims.forget(info.schedule_id)
             return []
 
     def heartbeat_interval(self) -> float:

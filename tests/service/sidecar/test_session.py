@@ -168,3 +168,18 @@ def test_a_schedule_whose_keys_redis_lost_is_told_once_as_damaged_however_often_
             assert asyncio.run(session.claim(16)) == []
     damaged = [r for r in caplog.records if "schedule evicted is damaged in Redis" in r.getMessage()]
     assert len(damaged) == 1
+
+
+def test_what_the_claims_kept_for_a_schedule_found_gone_goes_with_it(redis_client: redis.Redis) -> None:
+    """A schedule whose keys went (its retention passed while the inbox still named it, or while its
+    master did not answer and the claims walked the known: ``inbox.py``): the claim that finds it gone
+    forgets what it kept for it, the call id of the claim that raised among it. Only its settings were
+    dropped: the inbox's next answer, the one place that forgot the rest, no longer saw it known, and a
+    long-lived sidecar kept a call id for every such schedule (review65)."""
+    delivery = Delivery(redis_client)
+    delivery.publish(PublishedSchedule("gone", {"w": _items("a", 2, 100.0)}))
+    session = WorkerSession(delivery, Holdings(16), SessionSettings("w"))
+    asyncio.run(session.claim(1))
+    redis_client.delete(delivery.keys("gone").meta)  # its retention over
+    assert asyncio.run(session.claim(1)) == []
+    assert session._claims._unanswered == {}
