@@ -22,7 +22,9 @@ the known without waiting for it, and the first claim after its answer reads it.
 a master whose process is gone cost each claim the client's retries (0.13 s), and a silent one (a host
 down, a process stopped) its socket timeout three times over (15 s at the sidecar's 5 s); asked every
 ``RETRY_S`` by a claim that waited, the silent one still held three claim turns in four that long.
-A master back (or failed over) is read again within ``RETRY_S`` and its answer's turn.
+A master back (or failed over) is read again within ``RETRY_S`` and its answer's turn. A read of a
+claim's own that answers meanwhile (one with nothing known reads the inbox itself) drops the
+background read: sent before it, that one's answer is older (``_answered``).
 """
 
 from __future__ import annotations
@@ -113,8 +115,9 @@ class Inbox:
 
 
 def _retrieved(task: asyncio.Task[list[str]]) -> None:
-    """Its error retrieved, for a read whose answer no claim came for (the session ended): asyncio
-    logs "exception was never retrieved" for one that is not."""
+    """Its error retrieved, for a read whose answer no claim came for (the session ended, or a read of
+    the claims' own answered first: ``_answered``): asyncio logs "exception was never retrieved" for
+    one that is not."""
     if not task.cancelled():
         task.exception()
 
