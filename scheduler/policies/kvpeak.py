@@ -42,8 +42,8 @@ class KvPeaks:
             term = prompts + count * unit.steps
             if term > self.peak[w]:
                 self.peak[w] = term
-        else:
-            self.peak[w] = self.peak_after(w, unit)
+        else:  # a group that passes the slots: its members past them start in the next wave
+            self.peak[w] = self.peak_after(w, unit, self.slots[w])
         self.count[w], self.prompt_sum[w] = count, prompts
 
     def fits(self, w: int, unit: Unit) -> bool:
@@ -67,8 +67,9 @@ class KvPeaks:
             return self.prompt_sum[w] + unit.prompt_tokens + count * unit.steps <= limit
         return self.peak_after(w, unit) <= limit
 
-    def peak_after(self, w: int, unit: Unit) -> int:
-        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once.
+    def peak_after(self, w: int, unit: Unit, within: int | None = None) -> int:
+        """Peak KV of ``w``'s queue plus ``unit`` when all of it is admitted at once; with ``within``,
+        of its first ``within`` sequences only (``add``: those its slots start at once).
 
         Units arrive longest first, so with ``j`` sequences of length >= L running, the cache holds
         ``sum of their prompts + j * L`` tokens at step L: the peak is the largest such term, and a
@@ -80,6 +81,8 @@ class KvPeaks:
         if len(unit.members) == 1:
             return max(peak, prompts + unit.prompt_tokens + (count + 1) * unit.steps)
         for i in sorted(unit.members, key=lambda m: -self.steps[m]):
+            if within is not None and count >= within:
+                break  # the shortest members, past the slots
             count += 1
             prompts += self.prompts[i]
             peak = max(peak, prompts + count * self.steps[i])
