@@ -13,14 +13,16 @@ kept apart so each module reads in one sitting.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
+from service.delivery import announcing
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, IndexNodeDown, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, REDIS_FAILED, IndexNodeDown, UnknownScheduleError
 from service.delivery.planning_keep import KEEP, keep_each
 from service.delivery.scripts import evaluate
 from service.delivery.unanswered import Unanswered
@@ -93,16 +95,19 @@ class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
 
     _due: Script | None = None  # ``_DUE``, registered on first use
+    marks: announcing.MarkScripts | None = None  # the announce's mark, registered on first use
 
-    def announce(self, schedule_id: str, retention_s: int) -> None:
-        """Announce a stored schedule again; ``UnknownScheduleError`` when there is none.
+    def announce(self, schedule_id: str, retention_s: int) -> bool:
+        """Announce a stored schedule again; ``UnknownScheduleError`` when there is none. Whether it
+        was announced (False: settled or cancelled, retired instead).
 
         ``publish`` stores atomically, then announces in a second round trip; a timeout or OOM in
-        between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is the
-        one who knows, so the refusal of that retry repairs it here (idempotent).
+        between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is one
+        who knows, so the refusal of that retry repairs it here (idempotent); a reaper is the other,
+        where the announce's mark says it did not reach every inbox (``announcing.reannounce``).
         """
         info = self.info(schedule_id)
-        self._announce(schedule_id, sorted(set(info.workers) - set(info.drained)), retention_s)
+        return self._announce(schedule_id, sorted(set(info.workers) - set(info.drained)), retention_s)
 
     def enter_step(self, step: int, schedule_id: str, retention_s: int) -> None:
         """Record ``schedule_id`` as a part of ``step``, for the retention (``keys.step_schedules``):
@@ -153,20 +158,26 @@ class DeliveryIndexes(DeliveryViews):
         """Take back ``enter_planning``'s entry (the key goes with its last entry). One round trip."""
         self.client.zrem(keyspace.step_planning(step, self.prefix), member)
 
-    def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> None:
-        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot).
+    def _announce(self, schedule_id: str, workers: Sequence[str], retention_s: int) -> bool:
+        """Index the schedule for reapers and each worker's inbox (single-key commands: any slot);
+        whether it was announced.
 
         A schedule that is already finished (a replay after the work was done, or an empty one) or
         cancelled is retired instead, so replays never put finished work back in front of the sidecars.
         On a Redis Cluster each node's indexes are sent apart (``_each_node``): one pipeline for all
         failed whole on one dead master, so no inbox nor the reapers' index held the stored schedule
         (announce64); now that node's error is raised after the others are announced, and the
-        caller's retry (same ``schedule_id``, ``announce``) repairs the inboxes it missed.
+        caller's retry (same ``schedule_id``, ``announce``) repairs the inboxes it missed, or a reaper
+        does: the schedule is marked before the writes and listed with the active index's entry,
+        the mark cleared once every node answered (``announcing.py``: no call more than before).
         """
-        published = self._unsettled_since(schedule_id)
-        if published is None:
+        keys = self.keys(schedule_id)
+        self.marks = self.marks or announcing.MarkScripts.on(self.client)
+        begun = announcing.begin(self.client, self.marks, keys, retention_s)
+        if begun is None:
             self._retire(schedule_id)
-            return
+            return False
+        published, marked = begun
         horizon = published - retention_s * 1000
         # Pruning needs a later announce to the same worker; an expiry does not (a departed worker).
         life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
@@ -178,12 +189,28 @@ class DeliveryIndexes(DeliveryViews):
             ],
             lapse: [("ZREM", lapse, schedule_id)],  # a re-publish is reaped at once
         }
+        # with the active index's entry, on its node (sent first): what the reapers walk, they repair
+        writes[active].append(("ZADD", keyspace.announcing_index(self.prefix), marked, schedule_id))
         for worker in workers:  # the body, not its SHA: no NOSCRIPT to rerun, on any node of a cluster
             inbox = keyspace.inbox(worker, self.prefix)  # (whose pipelines refuse ``eval``, not the command)
             writes[inbox] = [("EVAL", _INBOX, 1, inbox, schedule_id, published, horizon, life_ms)]
-        self._each_node(writes, "announcing a stored schedule in its indexes")
-        if self._unsettled_since(schedule_id) is None:  # settled or cancelled meanwhile: that retire
-            self._retire(schedule_id)  # may have run before the announce above, which undid it
+        try:
+            self._each_node(writes, "announcing a stored schedule in its indexes")
+        except IndexNodeDown:
+            with contextlib.suppress(*REDIS_FAILED):  # that node's error is the one raised
+                self._settled_check(keys, complete=False)
+            raise
+        return self._settled_check(keys, complete=True)
+
+    def _settled_check(self, keys: keyspace.ScheduleKeys, complete: bool) -> bool:
+        """After an announce's writes: its mark cleared where ``complete`` (``announcing.END``); a
+        schedule settled or cancelled meanwhile retired (that retire may have run before the announce,
+        which undid it), answering False."""
+        assert self.marks is not None  # registered by the announce
+        if announcing.end(self.client, self.marks, keys, complete):
+            return True
+        self._retire(keys.schedule_id)
+        return False
 
     def _each_node(
         self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
@@ -217,18 +244,6 @@ class DeliveryIndexes(DeliveryViews):
         if down is not None:
             raise down
 
-    def _unsettled_since(self, schedule_id: str) -> int | None:
-        """The schedule's publish time while some item is still queued or running, else None (also
-        for a schedule whose keys are gone: nothing to announce)."""
-        keys = self.keys(schedule_id)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hmget(keys.meta, ["published_ms", "total"])
-        pipe.hmget(keys.counts, [keyspace.DONE, keyspace.FAILED, keyspace.CANCELLED])
-        (published, total), settled = pipe.execute()
-        if total is None or int(total) <= sum(int(v or 0) for v in settled):
-            return None
-        return int(published)
-
     def _retire(self, schedule_id: str) -> None:
         """Drop a finished schedule from the indexes; its keys stay until retention for reading.
 
@@ -245,8 +260,8 @@ class DeliveryIndexes(DeliveryViews):
         except UnknownScheduleError:
             workers = ()
         active = keyspace.active_index(self.prefix)
-        lapse = keyspace.lapse_index(self.prefix)
-        names = [active, lapse, *(keyspace.inbox(w, self.prefix) for w in workers)]
+        lapse, listed = keyspace.lapse_index(self.prefix), keyspace.announcing_index(self.prefix)
+        names = [active, lapse, listed, *(keyspace.inbox(w, self.prefix) for w in workers)]
         writes = {name: [("ZREM", name, schedule_id)] for name in names}
         # kept in the active index where another node did not answer: a reaper's pass retires it again
         self._each_node(writes, "retiring a settled schedule from its indexes", hold_back=active)

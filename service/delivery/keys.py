@@ -21,7 +21,7 @@ key                         type     contents
                                      nonce, request (work digest), workers and drained (JSON lists),
                                      published_ms, makespan_s, planned_finish, profiles,
                                      cancelled_ms|_queued|_running, pulse, graced, pinq, holds,
-                                     engine
+                                     engine, announcing (an announce not seen to reach every inbox)
 ``P:items``                 hash     item key -> ``<ref>\t<static item JSON without its payload>``
 ``P:prompts``               hash     ref -> payload JSON, once for the items that share it
 ``P:st``                    hash     item key -> ``state|token|attempts|deadline_ms|predicted|worker|
@@ -66,6 +66,10 @@ active and lapse indexes together, which share a slot):
 * ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> lease-clock ms until which none of its
   leases has lapsed (``reaper.reap_all`` skips it until then). No TTL: active schedules only. Tagged
   with the active index's name, so one script reads both (``due_for_reaping``).
+* ``<prefix>:announcing:{<prefix>:active}`` (zset): schedule id -> server ms its latest announce began;
+  written with the active index's entry, in its slot. No TTL: reapers drop an entry once its schedule's
+  ``P:meta`` ``announcing`` is cleared (every inbox answered) or it settled, and a retire drops it
+  (``service/delivery/announcing.py``).
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls. Expires
   ``retention + INBOX_MARGIN_S`` after its latest announce (only ever extended).
 * ``<prefix>:sidecar:{<worker>}`` (string): the instance id of the live sidecar of that worker,
@@ -147,6 +151,10 @@ SHARED_QUEUE = "*"  # worker-name of the shared FIFO; not a valid worker id
 PRESENCE_TTL_MS = 5_000  # a sidecar's presence key lapses this long after its process died: the
 # longest a restarted sidecar waits before handing back its predecessor's leases (not the lease TTL)
 PLANNING_MARGIN_S = 60  # ``P:planning`` outlives a request's wait in line and budget by this
+# A reaper announces a schedule again once its entry in the announcing index is this old (server ms)
+# and its mark still holds: its announce is over by then (a few ms where every node answers).
+REANNOUNCE_AFTER_MS = 2_000
+REANNOUNCE_BATCH = 64  # most schedules of the announcing index one reaper pass looks at
 
 # Field names of the per-worker counters in ``P:counts`` (``<state>:<worker>``) and the totals.
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "q", "r", "d", "f", "c"
@@ -163,6 +171,9 @@ PLANNED_PROFILES = "profiles"  # ``P:meta``, speeds/learner.py's after a publish
 # (``scheduler.sim_rules``), read by the speed learner (a KV-starved batch is priced by them) and by
 # progress; absent on schedules an older release published: its default engine, progress None.
 KV_ADMISSION, DRAINED, ENGINE = "kv_admission", "drained", "engine"
+# ``P:meta``: the retention (s) of an announce begun and not yet seen to reach every inbox; written before
+# its writes, cleared once every node answered (``service/delivery/announcing.py``).
+ANNOUNCING = "announcing"
 
 
 def count_field(state: str, worker_id: str) -> str:
@@ -351,6 +362,13 @@ def lapse_index(prefix: str = DEFAULT_PREFIX) -> str:
     name, and this key lands in its slot: the due-for-reaping script may read both on Redis Cluster.
     """
     return f"{prefix}:lapse:{{{active_index(prefix)}}}"
+
+
+def announcing_index(prefix: str = DEFAULT_PREFIX) -> str:
+    """Zset: schedule id -> server ms its latest announce began, until a reaper saw that announce (or
+    a later one) reach every inbox; tagged ``{<prefix>:active}``, so it is written in the active
+    index's pipeline and read by one script (``announcing.PENDING``)."""
+    return f"{prefix}:announcing:{{{active_index(prefix)}}}"
 
 
 def inbox(worker_id: str, prefix: str = DEFAULT_PREFIX) -> str:

@@ -12,6 +12,10 @@ the first script after the silence graces the leases that were running (``lua/co
 ``pulse``), and a schedule with a running lease falls due every third of its ttl so that these visits
 tell such a silence from holders that all died (docs/delivery.md, "Redis outages").
 
+Each pass then announces again the schedules whose announce did not reach every worker's inbox (a
+master down during the publish, the client never retrying), once their node answers
+(``announcing.reannounce``): their mark is in Redis, so any replica's reaper does it, after a restart too.
+
 A reaper given ``ready`` runs a pass only while it answers True: the service's asks the server's
 version (``redis_conn.VersionCheck``). Started while Redis was down, the service's reaper had gone on
 running its script every second on a server that came back too old, taking back leases, while every
@@ -33,6 +37,7 @@ from functools import partial
 import redis
 
 from service.delivery import keys as keyspace
+from service.delivery.announcing import reannounce
 from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
@@ -167,6 +172,7 @@ class Reaper:
         finally:
             if reach.missing or reach.answered:  # the walk ran: not a failed read of what is due
                 self._missed = set(reach.missing)
+        reannounce(self.delivery)  # after the reaps: a node down costs them nothing
         for schedule_id, report in reports.items():
             if report.requeued or report.dead_lettered:
                 if self.on_reap is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import Counter
@@ -11,7 +12,7 @@ from typing import Any
 
 import redis
 
-from service.delivery import CancelReport, Delivery, Lease, PublishOutcome
+from service.delivery import CancelReport, Delivery, Lease, PublishOutcome, announcing
 from service.delivery.reaper import reap_all
 from tests.service.delivery.audit import RecordProperty, audit, report
 from tests.service.delivery.concurrency import run_together
@@ -104,27 +105,21 @@ def test_two_replicas_publishing_and_reaping_at_once_never_interfere(
 
 
 class _CancelledWhileAnnouncing(redis.Redis):
-    """A real client whose first transaction (the announce's read of the schedule's counts) is
-    followed at once by another client's cancel: a trainer's DELETE landing between a replayed
-    publish's read and its announce."""
+    """A real client whose first run of the announce's opening script (its read of the schedule's
+    counts, ``announcing.BEGIN``) is followed at once by another client's cancel: a trainer's DELETE
+    landing between a replayed publish's read and its announce."""
 
     def __init__(self, url: str, schedule_id: str) -> None:
         super().__init__(connection_pool=redis.ConnectionPool.from_url(url, decode_responses=True))
         self.schedule_id, self.report = schedule_id, CancelReport(0, 0, 0)
+        self.begin_sha = hashlib.sha1(announcing.BEGIN.encode()).hexdigest()
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction, shard_hint)
-        if transaction and not self.report.cancelled_at_ms:
-            execute = pipe.execute
-
-            def execute_then_cancel(raise_on_error: bool = True) -> Any:
-                answer = execute(raise_on_error)
-                other = Delivery(redis.Redis(connection_pool=self.connection_pool))
-                self.report = other.cancel(self.schedule_id)
-                return answer
-
-            pipe.execute = execute_then_cancel  # type: ignore[method-assign]  # the race, on a real pipeline
-        return pipe
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        answer = super().evalsha(sha, numkeys, *keys_and_args)
+        if sha == self.begin_sha and not self.report.cancelled_at_ms:  # the race, on a real server
+            other = Delivery(redis.Redis(connection_pool=self.connection_pool))
+            self.report = other.cancel(self.schedule_id)
+        return answer
 
 
 def test_a_publish_replayed_as_the_schedule_is_cancelled_does_not_announce_it_again(

@@ -1,0 +1,174 @@
+"""An announce that has not reached every inbox: its mark, and the reapers' announce of it again.
+
+A publish stores the schedule in one script, then announces it (``DeliveryIndexes._announce``): the
+active index and each worker's inbox, keys of other slots, one pipeline per cluster node. Where the
+master holding some inboxes does not answer, those workers' sidecars never learn of the schedule unless
+the client retries the publish once that master is back (announce64); a trainer that gave up on the 503,
+or crashed, left their items to thieves, if any (reannounce65).
+
+So an announce marks the schedule before it writes anything (``P:meta`` ``announcing``, ``BEGIN``: the
+check that it is unsettled, in the same script, so a cancelled or finished schedule is never marked nor
+announced), lists it in the announcing index (``keys.announcing_index``: in the active index's slot,
+written in that node's pipeline, which ``_each_node`` sends first), and clears the mark only once every
+node answered (``END``). Both ride round trips the announce made already (its settled check before and
+after the writes, one script each on the schedule's slot, the active index's pipeline): a publish where
+every node answers sends no more calls than before. Everything is in Redis, so a service restart loses
+nothing: a reaper of any replica reads the index (``pending``), and a schedule listed there long enough
+for its announce to be over (``keys.REANNOUNCE_AFTER_MS``) whose mark still holds is announced again
+(``Delivery.announce``, the same announce); one whose mark was cleared leaves the index (``DROP``: only
+the entry read, so a later announce's entry stays).
+
+Announcing again is safe: an inbox is a sorted set, one entry per schedule id, so a second announce
+changes nothing there, and a claim decides on the schedule's own keys (each item leased once). A
+schedule cancelled, finished or expired meanwhile is not written back: ``BEGIN`` finds it settled,
+clears its mark and has it retired; one settled while the writes were under way is retired by the check
+after them (``END``), also where a node did not answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import Script
+
+from service.delivery import keys as keyspace
+from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
+from service.delivery.scripts import evaluate
+from service.delivery.views import text
+
+log = logging.getLogger(__name__)
+
+# Mark an announce about to start: KEYS[1] ``P:meta``, KEYS[2] ``P:counts`` (one slot); ARGV[1] the
+# retention (s) it announces for, what a reaper's announce again uses. An unsettled schedule is marked
+# and answers {published_ms, server ms now} (the announcing index's score); a settled one (finished or
+# cancelled: cancel.lua moves every queued and running item to c) has its mark cleared and answers
+# false, as does one whose keys are gone (nothing written: no key brought back without its expiry).
+BEGIN = """
+local m = redis.call('HMGET', KEYS[1], 'published_ms', 'total')
+if not m[2] then return false end
+local c = redis.call('HMGET', KEYS[2], 'd', 'f', 'c')
+if tonumber(m[2]) <= (tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + (tonumber(c[3]) or 0) then
+  redis.call('HDEL', KEYS[1], 'announcing')
+  return false
+end
+redis.call('HSET', KEYS[1], 'announcing', ARGV[1])
+local t = redis.call('TIME')
+return {tonumber(m[1]), tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+"""
+
+# After the announce's writes: KEYS as ``BEGIN``'s; ARGV[1] '1' where every node answered (the mark is
+# cleared), '' where one did not (kept). Answers 1 while the schedule is unsettled, else 0 (retire it).
+END = """
+if ARGV[1] == '1' then redis.call('HDEL', KEYS[1], 'announcing') end
+local total = redis.call('HGET', KEYS[1], 'total')
+if not total then return 0 end
+local c = redis.call('HMGET', KEYS[2], 'd', 'f', 'c')
+if tonumber(total) <= (tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + (tonumber(c[3]) or 0) then return 0 end
+return 1
+"""
+
+# The announcing index's entries at least ARGV[1] ms old on this node's clock, oldest first, at most
+# ARGV[2] of them, with their scores: KEYS[1] the index.
+PENDING = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local upto = now - tonumber(ARGV[1])
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+"""
+
+# Drop an entry of the announcing index (KEYS[1]) only where it still has the score read (ARGV[2]):
+# an announce begun since rewrote it, and may not reach every inbox.
+DROP = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class MarkScripts:
+    """The mark's scripts, registered on one client (``Script`` only hashes the body: no call)."""
+
+    begin: Script
+    end: Script
+    pending: Script
+    drop: Script
+
+    @classmethod
+    def on(cls, client: Any) -> MarkScripts:
+        """The scripts for ``client`` (a Redis or RedisCluster)."""
+        return cls(*(client.register_script(body) for body in (BEGIN, END, PENDING, DROP)))
+
+
+def begin(
+    client: Any, scripts: MarkScripts, keys: keyspace.ScheduleKeys, retention_s: int
+) -> tuple[int, int] | None:
+    """Mark the schedule's announce as begun (``BEGIN``): its publish time and the server's ms now, or
+    None where it is settled or gone (its mark cleared: retire it, announce nothing)."""
+    reply = evaluate(client, scripts.begin, [keys.meta, keys.counts], [retention_s])
+    return None if not reply else (int(reply[0]), int(reply[1]))
+
+
+def end(client: Any, scripts: MarkScripts, keys: keyspace.ScheduleKeys, complete: bool) -> bool:
+    """After the announce's writes (``END``): its mark cleared where ``complete`` (every node answered);
+    whether the schedule is still unsettled (False: it settled or was cancelled meanwhile, retire it)."""
+    return bool(evaluate(client, scripts.end, [keys.meta, keys.counts], ["1" if complete else ""]))
+
+
+@dataclass
+class Reannounced:
+    """What one reaper pass did with the announcing index."""
+
+    announced: list[str] = field(default_factory=list)  # announced again: every inbox holds it now
+    dropped: list[str] = field(default_factory=list)  # its mark cleared (announced, settled or gone)
+    missed: dict[str, Exception] = field(default_factory=dict)  # a node did not answer: next pass
+
+
+def reannounce(
+    delivery: Any, after_ms: int = keyspace.REANNOUNCE_AFTER_MS, count: int = keyspace.REANNOUNCE_BATCH
+) -> Reannounced:
+    """Announce again the schedules whose announce did not reach every inbox (a ``Delivery``'s), the
+    oldest ``count`` listed at least ``after_ms`` ago; drop the entries whose mark was cleared.
+
+    The pass stops at the first call that fails (a node down, the index's own or an inbox's): the
+    rest wait for the next pass, so a dead master costs a pass one failed call (0.13 s with the
+    service's client), not one per schedule. A schedule announced again but not to every inbox keeps
+    its mark, and its entry is rewritten with the new announce's time, so it comes back ``after_ms``
+    later, behind the others."""
+    done = Reannounced()
+    if delivery.marks is None:
+        delivery.marks = MarkScripts.on(delivery.client)
+    index = keyspace.announcing_index(delivery.prefix)
+    try:
+        flat = evaluate(delivery.client, delivery.marks.pending, [index], [after_ms, count])
+    except REDIS_FAILED as error:
+        done.missed[""] = error
+        return done
+    for i in range(0, len(flat), 2):
+        schedule_id, score = text(flat[i]), text(flat[i + 1])
+        try:
+            _again(delivery, index, schedule_id, score, done)
+        except REDIS_FAILED as error:
+            done.missed[schedule_id] = error
+            log.info("announcing schedule %s again failed, next pass: %s", schedule_id, error)
+            break
+    return done
+
+
+def _again(delivery: Any, index: str, schedule_id: str, score: str, done: Reannounced) -> None:
+    """One listed schedule: announced again where its mark holds (``Delivery.announce``, with the
+    retention the mark keeps), else its entry dropped."""
+    mark = delivery.client.hget(delivery.keys(schedule_id).meta, keyspace.ANNOUNCING)
+    if mark is not None:
+        try:
+            delivery.announce(schedule_id, int(text(mark)))
+        except UnknownScheduleError:  # expired meanwhile
+            pass
+        else:
+            done.announced.append(schedule_id)
+            log.info("announced schedule %s again: its announce had not reached every inbox", schedule_id)
+            return
+    evaluate(delivery.client, delivery.marks.drop, [index], [schedule_id, score])
+    done.dropped.append(schedule_id)
