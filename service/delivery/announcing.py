@@ -163,12 +163,13 @@ def _again(delivery: Any, index: str, schedule_id: str, score: str, done: Reanno
     mark = delivery.client.hget(delivery.keys(schedule_id).meta, keyspace.ANNOUNCING)
     if mark is not None:
         try:
-            delivery.announce(schedule_id, int(text(mark)))
+            announced = delivery.announce(schedule_id, int(text(mark)))
         except UnknownScheduleError:  # expired meanwhile
-            pass
-        else:
+            announced = False
+        if announced:
             done.announced.append(schedule_id)
             log.info("announced schedule %s again: its announce had not reached every inbox", schedule_id)
             return
+        # settled meanwhile: the announce cleared its mark and retired it, entry and all; gone: no mark
     evaluate(delivery.client, delivery.marks.drop, [index], [schedule_id, score])
     done.dropped.append(schedule_id)
