@@ -5,7 +5,8 @@ two replicas reaping at once never requeue an item twice: the second finds nothi
 Each reap tells when that schedule's next lease can lapse at the earliest; the pass records it in the
 lapse index (``keys.lapse_index``) and later passes skip the schedule until then. A pass over N
 schedules with none lapsed was N script runs and N round trips a second on every replica (1,000:
-~5,000 commands); now it is one script, plus a reap per schedule that falls due (docs/experiments.md).
+~5,000 commands); now it is one script, plus a reap per schedule that falls due (docs/experiments.md),
+and the read of the announcing index (below).
 Leases lapse only when heartbeats stop (deadline = last heartbeat + lease ttl), so a long trajectory
 on a live worker is never reclaimed however long it runs; nor when Redis was out of everyone's reach:
 the first script after the silence graces the leases that were running (``lua/common.lua``
