@@ -29,6 +29,7 @@ FLEET_WIDE = {
     keys.active_index(),
     keys.lapse_index(),  # the reapers' index beside the active one (keys.py): a pass writes it, and whether
     # one passes during the test depends on the host's speed
+    keys.announcing_index(),  # an entry per announce, dropped by a reaper 2 s on (announcing.py)
     keys.actuals_stream(),
     keys.actuals_seen(),
     keys.worker_profiles(),
