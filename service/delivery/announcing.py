@@ -31,10 +31,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.scripts import evaluate
 from service.delivery.views import text
 
@@ -144,15 +145,21 @@ def reannounce(
     try:
         flat = evaluate(delivery.client, delivery.marks.pending, [index], [after_ms, count])
     except REDIS_FAILED as error:
-        done.missed[""] = error
+        done.missed[index] = error
         return done
     for i in range(0, len(flat), 2):
         schedule_id, score = text(flat[i]), text(flat[i + 1])
         try:
             _again(delivery, index, schedule_id, score, done)
-        except REDIS_FAILED as error:
+        except SLOT_NOT_SERVED + NODE_DOWN as error:  # a node or slot out: the rest wait a pass
             done.missed[schedule_id] = error
             log.info("announcing schedule %s again failed, next pass: %s", schedule_id, error)
+            break
+        except (redis.ResponseError, ValueError) as error:  # its keys damaged: the others go on
+            done.missed[schedule_id] = error
+            log.error("announcing schedule %s again failed, skipped: %s", schedule_id, error)
+        except REDIS_FAILED as error:
+            done.missed[schedule_id] = error
             break
     return done
 

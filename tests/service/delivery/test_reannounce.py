@@ -94,3 +94,17 @@ def test_an_entry_rewritten_by_a_later_announce_is_not_dropped(
     assert drop(keys=[LISTED], args=[SID, int(score) - 1]) == 0
     assert delivery.client.zscore(LISTED, SID) == score
     assert drop(keys=[LISTED], args=[SID, int(score)]) == 1
+
+
+def test_a_listed_schedule_whose_keys_are_damaged_is_skipped_and_the_others_announced(
+    delivery: Delivery,
+) -> None:
+    """A script's error reply on one schedule (its meta not a hash) is that schedule's: logged and
+    skipped, not the pass's end (it is listed first at every pass: a break there starved the rest)."""
+    delivery.client.set(keys.schedule_keys("bad").meta, "x")
+    delivery.client.zadd(LISTED, {"bad": 1})
+    _missed(delivery, "b")
+    done = reannounce(delivery, after_ms=0)
+    assert list(done.missed) == ["bad"]
+    assert done.announced == [SID]
+    assert delivery.schedules_for("b") == [SID]
