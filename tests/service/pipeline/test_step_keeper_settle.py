@@ -228,3 +228,25 @@ def test_a_settle_after_the_thread_died_of_a_base_exception_says_none_runs_at_on
     started = time.monotonic()
     assert keeper.settle(LONG_S)
     assert time.monotonic() - started < LONG_S / 2
+
+
+def test_a_base_exception_that_ends_the_thread_goes_on_to_threadings_excepthook(
+    keeper: StepKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread frees its place and tells a settle, then lets the error go on: it dies of it, and
+    threading's excepthook hears it as it hears any thread's death (a ``KeyboardInterrupt``'s
+    traceback printed), rather than the keeper swallowing an error it does not handle."""
+    heard: list[type[BaseException] | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: heard.append(args.exc_type))
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(keeper, "tick", interrupted)
+    thread = _thread(keeper, FIRST)
+    keeper._wake.set()  # it looks now, finds FIRST kept, and its tick raises
+    thread.join(SETTLE_S)
+    assert not thread.is_alive()
+    assert keeper._thread is None
+    assert heard == [KeyboardInterrupt]
+    keeper.let_go(FIRST)
