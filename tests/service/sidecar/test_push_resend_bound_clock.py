@@ -99,3 +99,42 @@ def test_a_resend_that_lands_after_an_outage_ends_it_for_a_result_kept_later(
     assert (session.stats.accepted, len(session.resends)) == (1, 1)
     assert kept_lost_at(clock, session, 6.0 + GIVE_UP_AT_S - 0.5) == (1, 0)
     assert kept_lost_at(clock, session, 6.0 + GIVE_UP_AT_S + 0.5) == (0, 1)
+
+
+def test_a_heartbeat_with_no_lease_held_takes_the_resends_own_failure_for_an_outage(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A beat answered for schedule ``t`` while two of its leases were held; one completion then
+    refused (kept), the other landed, so nothing is held. Redis then fails the resend: the next
+    heartbeat, with no lease to send, probes with the resend itself, and that failure is the outage
+    (its beat of ``t`` long past), so the kept result stops ageing and is not given up however long
+    the outage lasts. Read with the last beat's answer for ``t``, it aged on and was counted lost
+    with Redis never answering since."""
+    publish(
+        Delivery.from_url(redis_url),
+        "t",
+        {"w0": [item("a", 0, 10), item("b", 1, 10)]},
+        lease_ttl_ms=int(CLOCK_TTL_S * 1000),
+    )
+    delivery, session = kept_session(redis_url, [])
+    clock = HandClock()
+    session.resends.clock = clock
+
+    async def kept_then_nothing_held() -> None:
+        a, b = await session.claim(2)
+        assert await session.heartbeat() == []  # answered for ``t``
+        with delivery.lock:
+            delivery.error = REFUSED
+        with pytest.raises(redis.ReadOnlyError):
+            await session.complete(a, RESULT)
+        with delivery.lock:
+            delivery.error = None
+        await session.complete(b, RESULT)
+        with delivery.lock:
+            delivery.error = redis.ConnectionError("connection refused")
+        clock.now = 1001.0
+        assert await session.heartbeat() == []  # no lease: the resend probes, and fails
+
+    asyncio.run(kept_then_nothing_held())
+    assert (session.stats.accepted, len(session.resends)) == (1, 1)
+    assert kept_lost_at(clock, session, GIVE_UP_AT_S + 5.0) == (1, 0)  # still down: no aging
