@@ -10,6 +10,8 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
+from service.cli_app import _unwrap_help
+
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Each command and group under ``command``, with the words that name it."""
@@ -34,3 +36,32 @@ def test_predictor_train_help_wraps_its_paragraph_at_the_terminal(cli: typer.Typ
     start = next(i for i, line in enumerate(lines) if line.startswith("With two or more steps"))
     paragraph = lines[start : lines.index("", start)]
     assert all(len(line) > 50 for line in paragraph[:-1]), paragraph  # no short line between long ones
+
+
+def test_a_command_given_its_help_shows_that_help_not_its_functions_docstring(cli: typer.Typer) -> None:
+    """``replay``, ``serve`` and others are registered with ``help=``: that text is what is unwrapped
+    and shown, the function's own docstring (written for the code's readers) is not."""
+    shown = " ".join(CliRunner().invoke(cli, ["replay", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "Policies: round_robin, least_loaded, lpt, cpsat, oracle." in shown
+
+
+def test_a_paragraph_click_is_told_to_keep_keeps_its_lines() -> None:
+    """A paragraph that starts with ``\\b`` (Click's mark for a block not to rewrap: a list, a table)
+    keeps its line breaks; the paragraphs around it are unwrapped."""
+    app = typer.Typer()
+
+    @app.command()
+    def listed() -> None:
+        """One line.
+
+        A paragraph wrapped
+        at the source's width.
+
+        \b
+        first row
+        second row
+        """
+
+    _unwrap_help(app)
+    help_text = app.registered_commands[0].help
+    assert help_text == "One line.\n\nA paragraph wrapped at the source's width.\n\n\b\nfirst row\nsecond row"
