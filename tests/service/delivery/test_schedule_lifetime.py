@@ -135,3 +135,20 @@ def test_a_completion_held_past_retention_is_stale_against_its_schedule_id_publi
         CompletionOutcome.STALE
     ]
     assert delivery.complete(new, RESULT) is CompletionOutcome.ACCEPTED
+
+
+def test_an_announce_drops_the_active_entries_from_before_its_retention(
+    delivery: Delivery, redis_client: redis.Redis
+) -> None:
+    """The reapers' index holds a schedule published long before this one's retention (its keys
+    expired, never retired: a publisher gone mid-publish); the next announce prunes it, as it
+    prunes each inbox, so the index does not grow by every such schedule for ever. One from within
+    the retention stays."""
+    active = keys.active_index()
+    now_ms = int(time.time() * 1000)
+    published = schedule("s", {"w": 1})
+    redis_client.zadd(active, {"ancient": 1, "recent": now_ms - 1_000})
+    delivery.publish(published)
+    assert redis_client.zscore(active, "ancient") is None
+    assert redis_client.zscore(active, "recent") is not None
+    assert redis_client.zscore(active, "s") is not None
