@@ -108,3 +108,18 @@ def test_a_group_that_passes_the_slots_counts_only_its_members_within_them_in_th
     assert peaks.peak[0] == 256 * 4_100 <= peaks.limit[0] < 262 * 4_100
     assert peaks.fits(0, problem.units[0])
     assert peaks.longest_fitting(0) is None
+
+
+def test_a_queue_whose_peak_within_its_slots_meets_its_limit_to_the_token_fits_past_them() -> None:
+    """The limit is inclusive, past the slots as before them (a unit fits while the peak is ``<=`` the
+    limit): a queue whose first slots' peak fills its limit to the token ran at once, so past its
+    slots it runs in waves of queues that did, and fits every unit, as one under its limit does."""
+    shorts = tuple(Trajectory(f"s{i}", 0, 100, CAP, predicted_tokens=1_000.0) for i in range(300))
+    problem = build_problem(PlanRequest(_long_chains(300, 0) + shorts, mixed_inventory(2), kv_admission=True))
+    peaks = KvPeaks(problem)
+    order = sorted(range(len(problem.units)), key=lambda u: -problem.units[u].steps)
+    for u in order[-(peaks.slots[1] + 1) :]:
+        peaks.add(1, problem.units[u])
+    peaks.limit[1] = float(peaks.peak[1])  # a cache the slots' peak fills exactly
+    assert peaks.fits(1, problem.units[order[0]])
+    assert peaks.longest_fitting(1) is None
