@@ -10,18 +10,22 @@ given up then could have landed; after it, it is given up once, and not kept for
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis
 
 from service.delivery.protocol import Delivery
 from service.delivery.reaper import DEFAULT_INTERVAL_S
+from service.sidecar.holdings import Holdings
+from service.sidecar.session import SessionSettings, WorkerSession
 from tests.service.finished import RESULT
 from tests.service.sidecar.procs import item, publish
 from tests.service.sidecar.push_resends import (
     CLOCK_TTL_S,
     GIVE_UP_AT_S,
     REFUSED,
+    FailingCompletions,
     HandClock,
     keep_refused,
     kept_lost_at,
@@ -137,4 +141,52 @@ def test_a_heartbeat_with_no_lease_held_takes_the_resends_own_failure_for_an_out
 
     asyncio.run(kept_then_nothing_held())
     assert (session.stats.accepted, len(session.resends)) == (1, 1)
+    assert kept_lost_at(clock, session, GIVE_UP_AT_S + 5.0) == (1, 0)  # still down: no aging
+
+
+class _FailingBeats(FailingCompletions):
+    """``FailingCompletions`` whose heartbeats raise ``beat_error`` too while it is set."""
+
+    beat_error: Exception | None = None
+
+    def heartbeat_reaching(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            error = self.beat_error
+        if error is not None:
+            raise error
+        return super().heartbeat_reaching(*args, **kwargs)
+
+
+def test_a_heartbeat_that_fails_stops_the_kept_results_from_ageing(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """A beat answered for ``t``; one completion refused (kept), the other lease still held. Then
+    Redis answers nothing: the next heartbeat fails, an outage, and the kept result stops ageing
+    until Redis answers again, however long that takes; ageing on from the last beat's answer, it was
+    given up (counted lost) with no lease of it able to lapse meanwhile (reapers need Redis too)."""
+    publish(
+        Delivery.from_url(redis_url),
+        "t",
+        {"w0": [item("a", 0, 10), item("b", 1, 10)]},
+        lease_ttl_ms=int(CLOCK_TTL_S * 1000),
+    )
+    delivery = _FailingBeats(redis.Redis.from_url(redis_url))
+    session = WorkerSession(delivery, Holdings(2), SessionSettings("w0", retry_for_s=0.0))
+    clock = HandClock()
+    session.resends.clock = clock
+
+    async def kept_then_an_outage() -> None:
+        a, _ = await session.claim(2)
+        assert await session.heartbeat() == []  # answered for ``t``
+        with delivery.lock:
+            delivery.error = REFUSED
+        with pytest.raises(redis.ReadOnlyError):
+            await session.complete(a, RESULT)
+        with delivery.lock:
+            delivery.error = delivery.beat_error = redis.ConnectionError("connection refused")
+        clock.now = 1001.0
+        assert await session.heartbeat() == []  # failed: the outage
+        assert session.heartbeats_failing
+
+    asyncio.run(kept_then_an_outage())
     assert kept_lost_at(clock, session, GIVE_UP_AT_S + 5.0) == (1, 0)  # still down: no aging
