@@ -23,15 +23,16 @@ from tests.scheduler.test_robust_place import _hedged_lpt, _request
 PASS_S, PHASE_S = 1.0, 1.0  # the at-once pass's seconds on the planning clock; one lpt phase's
 
 
-@pytest.mark.parametrize(("deadline", "placed_again"), [(5.9, False), (6.1, True)])
+@pytest.mark.parametrize(("deadline", "placed_again"), [(5.9, False), (6.0, True), (6.1, True)])
 def test_placing_again_is_not_begun_where_the_drawn_scales_left_no_room_for_its_plays_and_itself(
     monkeypatch: pytest.MonkeyPatch, deadline: float, placed_again: bool
 ) -> None:
     """Every queue runs at once, so the draws are one closed-form pass, priced before it at nothing
     (the clock moves only in that pass), which then takes a second. Its plays priced as the draws'
     time over ``DRAWS`` each (6 plays: 3 s) and placing again at two lpt phases of a second: 1 + 3
-    + 2 = 6 s. A deadline 5.9 s away: the plan as it is, no lpt placement begun; 6.1 s: placed
-    again. Against the deadline itself (placing's 2 s not counted) 5.9 s would have placed again."""
+    + 2 = 6 s. A deadline 5.9 s away: the plan as it is, no lpt placement begun; 6 s, exactly the
+    time needed, or 6.1 s: placed again. Against the deadline itself (placing's 2 s not counted)
+    5.9 s would have placed again."""
     assert (REPLAY_PLAYS / robust_place.DRAWS, PLACE_COST) == (3.0, 2.0)  # the 6 s above
     request = _request(1.6)
     problem, placement = _hedged_lpt(request)
