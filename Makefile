@@ -28,9 +28,12 @@ venv: $(STAMP)
 # The runtime dependencies at deploy/constraints.txt's pins, the image's: the tests run what the image
 # ships, whatever the registry serves that day (tests/deploy/test_constraints_in_step.py holds the two
 # together). To upgrade one: pip install it in the venv, run the tests, then deploy/pin_constraints.py.
+# The venv's own pip (ensurepip's: 23.2 with Python 3.11.7) installs all of this (an editable install
+# of a pyproject build needs 21.3), so it is not upgraded first: that was a registry round trip and a
+# reinstall of pip's own files on one core before anything else could start, 48-70 s of a fresh
+# clone's run at load 16-30 for ~3.5 CPU-s (docs/experiments.md, helper ci65).
 $(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-compile --constraint deploy/constraints.txt -e '.[dev,trace,embedded]'
 	$(BIN)/python -m compileall -q -j 0 -x 'site-packages/.*/tests/' $(VENV)
 	touch $(STAMP)
