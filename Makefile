@@ -30,8 +30,9 @@ venv: $(STAMP)
 # together). To upgrade one: pip install it in the venv, run the tests, then deploy/pin_constraints.py.
 # The venv's own pip (ensurepip's: 23.2 with Python 3.11.7) installs all of this (an editable install
 # of a pyproject build needs 21.3), so it is not upgraded first: that was a registry round trip and a
-# reinstall of pip's own files on one core before anything else could start, 48-70 s of a fresh
-# clone's run at load 16-30 for ~3.5 CPU-s (docs/experiments.md, helper ci65).
+# reinstall of pip's own files on one core before anything else could start: a venv and the upgrade
+# 34.5 s (9.1 CPU-s), the venv alone 26.8 s (7.6), medians of 3 pairs at load 19-28 on 2 cores
+# (docs/experiments.md, helper ci65).
 $(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --no-compile --constraint deploy/constraints.txt -e '.[dev,trace,embedded]'
