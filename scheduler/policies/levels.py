@@ -59,8 +59,12 @@ from scheduler.tailcover import MAX_STATES, FluidCover, layout
 IntArray = npt.NDArray[np.int64]
 
 BANDS = 7  # quantile bands (incl. the cap band); more quantiles add little past the grid below
-GRID = 16  # plus an edge every 1/GRID of the longest length. Medians at 4,096 x 32, one run each:
-# 8: 1.044, 16: 1.035, 32: 1.032; finer adds tiers, each a heap the placement visits per unit
+GRID = 64  # plus an edge every 1/GRID of the longest length. Medians at 4,096 x 32, one run each:
+# 8: 1.044, 16: 1.035, 32: 1.032; finer adds tiers, each a heap the placement visits per unit. 16 -> 64
+# (frozen clock, seeds 0-4, 1,024 x 16 / 4,096 x 32 / 16,384 x 128): 1.0171 / 1.0229 / 1.0288 ->
+# 1.0088 / 1.0222 / 1.0266; seeds 5-14: 1.0185 / 1.0255 -> 1.0106 / 1.0233. Edges 2,048 steps
+# apart made 2-4 workers of a kind share one longest length, each paying the weights read to it,
+# where the fluid cover steps them down one by one (docs/experiments.md, helper stair65)
 KV_UNIT = 1e7  # KV-token-steps per integer unit of K (coefficients keep ~3 significant digits)
 PRECISION = 0.002  # bisection stops when the bracket on T is this tight (relative)
 
