@@ -125,6 +125,9 @@ def test_the_services_4096_x_32_batch_is_judged_where_its_80_ms_are_enough(
 ) -> None:
     fake = _Generous()
     monkeypatch.setattr(clock, "now", fake.now)
-    planned = plan(service_batch(256, 32, seed=1), policy)
+    # seed 0: cpsat keeps lpt's plan on draws (ROBUST_LPT), the judged path seed 1 took while the band
+    # edges lay every 1/16 of the longest length; at 1/64 seed 1's band plan wins and does not run at
+    # once, so the hedge is not asked of it (``NOT_ASKED``) and there is nothing to judge
+    planned = plan(service_batch(256, 32, seed=0), policy)
     assert planned.at_once in robust_fast.JUDGED
     assert fake.seconds < 0.08  # within the budget, on the clock the budget is read on
