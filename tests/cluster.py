@@ -292,6 +292,25 @@ def key_owner(cluster: LocalCluster, key: str) -> int:
     return _owner_of(cluster, key_slot(key.encode()))
 
 
+def schedule_off(cluster: LocalCluster, start: str, port: int) -> str:
+    """A schedule id starting ``start`` whose keys are not on the master at ``port``: one a test can
+    still claim from or publish while it takes that master down (an inbox's)."""
+    ids = (f"{start}{i}" for i in range(10_000))
+    return next(sid for sid in ids if key_owner(cluster, keys.schedule_keys(sid).meta) != port)
+
+
+def inbox_layout(cluster: LocalCluster) -> tuple[str, str, str, int]:
+    """A schedule id, a worker whose inbox is on a master that neither the schedule's keys nor the
+    active index are on (the one to kill: its port, last), and a worker whose inbox is on a master
+    that stays up: a publish's announce that reaches all but one inbox."""
+    up = key_owner(cluster, keys.active_index())
+    workers = [f"w{i}" for i in range(64)]
+    lost = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != up)
+    down = key_owner(cluster, keys.inbox(lost))
+    told = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != down)
+    return schedule_off(cluster, "s", down), lost, told, down
+
+
 def _spans(port: int, timeout_s: float | None = None) -> list[Span]:
     """The slot map as the node at ``port`` has it: each run of slots with its master's port."""
     with redis.Redis(port=port, socket_timeout=timeout_s) as client:

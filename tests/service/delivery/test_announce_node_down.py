@@ -18,7 +18,7 @@ import pytest
 
 from service.delivery import Delivery, keys
 from service.delivery.errors import IndexNodeDown
-from tests.cluster import LocalCluster, key_owner, partly_served
+from tests.cluster import LocalCluster, inbox_layout, partly_served
 from tests.service.delivery.conftest import schedule
 
 pytestmark = pytest.mark.slow
@@ -31,25 +31,13 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _layout(cluster: LocalCluster) -> tuple[str, str, str, int]:
-    """A schedule id, a worker whose inbox is on a master that neither its keys nor the active index
-    are on (the one to kill: its port), and a worker whose inbox is on a master that stays up."""
-    up = key_owner(cluster, keys.active_index())
-    workers = [f"w{i}" for i in range(64)]
-    lost = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != up)
-    down = key_owner(cluster, keys.inbox(lost))
-    told = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != down)
-    sid = next(f"s{i}" for i in range(10_000) if key_owner(cluster, keys.schedule_keys(f"s{i}").meta) != down)
-    return sid, lost, told, down
-
-
 def test_the_other_workers_and_the_reapers_are_announced_a_schedule_while_one_inbox_master_is_down(
     cluster: LocalCluster,
 ) -> None:
     """The publish raises the dead node's error, its schedule stored; the worker whose inbox
     answers finds it there and claims, the active index holds it; once the master is back, the
     retry (the same publish) announces it to the worker that missed it. Before: no inbox held it."""
-    sid, lost, told, down = _layout(cluster)
+    sid, lost, told, down = inbox_layout(cluster)
     delivery = Delivery(cluster.client())
     node = next(n for n in cluster.nodes if n.port == down)
     node.kill()

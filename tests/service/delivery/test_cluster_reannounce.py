@@ -22,7 +22,7 @@ from service.delivery.reaper import Reaper
 from service.embedded import EmbeddedServer
 from service.redis_conn import connect
 from service.settings import Settings
-from tests.cluster import LocalCluster, key_owner, partly_served
+from tests.cluster import LocalCluster, inbox_layout, partly_served
 from tests.service.delivery.conftest import schedule
 from tests.service.finished import RESULT
 
@@ -44,18 +44,6 @@ def _service(cluster: LocalCluster) -> Delivery:
     return Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=1.0)))
 
 
-def _layout(cluster: LocalCluster) -> tuple[str, str, str, int]:
-    """A schedule id, a worker whose inbox is on a master neither its keys nor the active index are on
-    (the one to kill: its port), and a worker whose inbox is on another master."""
-    up = key_owner(cluster, keys.active_index())
-    workers = [f"w{i}" for i in range(64)]
-    lost = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != up)
-    down = key_owner(cluster, keys.inbox(lost))
-    told = next(w for w in workers if key_owner(cluster, keys.inbox(w)) != down)
-    sid = next(f"s{i}" for i in range(10_000) if key_owner(cluster, keys.schedule_keys(f"s{i}").meta) != down)
-    return sid, lost, told, down
-
-
 def _inbox(delivery: Delivery, worker: str) -> list[str]:
     """The worker's inbox as its sidecar reads it; [] while its master does not answer."""
     try:
@@ -67,7 +55,7 @@ def _inbox(delivery: Delivery, worker: str) -> list[str]:
 def _published_with_a_master_down(cluster: LocalCluster) -> tuple[str, str, str, EmbeddedServer, Delivery]:
     """Kill the master of one worker's inbox and publish: the announce raises that node's error, the
     schedule stored and announced to the other worker. The client does not retry."""
-    sid, lost, told, down = _layout(cluster)
+    sid, lost, told, down = inbox_layout(cluster)
     publisher = _service(cluster)
     node = next(n for n in cluster.nodes if n.port == down)
     node.kill()

@@ -27,7 +27,14 @@ from service.delivery.retries import short_retry
 from service.sidecar import inbox
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, key_owner, partly_served, serve_everywhere, unserve_range
+from tests.cluster import (
+    LocalCluster,
+    key_owner,
+    partly_served,
+    schedule_off,
+    serve_everywhere,
+    unserve_range,
+)
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -38,12 +45,6 @@ def cluster() -> Iterator[LocalCluster]:
     """A cluster of the test's own: it kills the inbox's master for good."""
     with partly_served() as local:
         yield local
-
-
-def _elsewhere(cluster: LocalCluster, start: str, port: int) -> str:
-    """A schedule id starting ``start`` whose keys are not on the master at ``port``."""
-    ids = (f"{start}{i}" for i in range(10_000))
-    return next(sid for sid in ids if key_owner(cluster, keys.schedule_keys(sid).meta) != port)
 
 
 class _Counted(Delivery):
@@ -77,7 +78,7 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
     ``RETRY_S`` of it, does not ask the inbox again. Before: every claim raised."""
     monkeypatch.setattr(inbox, "RETRY_S", 60.0)  # both claims within it on a loaded host too
     inbox_port = key_owner(cluster, keys.inbox("w"))
-    old, gone, young = (_elsewhere(cluster, start, inbox_port) for start in ("o", "g", "y"))
+    old, gone, young = (schedule_off(cluster, start, inbox_port) for start in ("o", "g", "y"))
     delivery = Delivery(cluster.client())
     for sid in (old, gone, young):  # published in this order: the inbox's order too
         publish(delivery, sid, {"w": [item(sid, i, 5) for i in range(3)]}, lease_ttl_ms=60_000)
@@ -105,7 +106,7 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
 def test_a_session_that_knows_no_schedule_raises_the_inbox_masters_error(cluster: LocalCluster) -> None:
     """Nothing known to claim from: the claim is the runner's outage, as before."""
     inbox_port = key_owner(cluster, keys.inbox("w"))
-    sid = _elsewhere(cluster, "s", inbox_port)
+    sid = schedule_off(cluster, "s", inbox_port)
     publish(Delivery(cluster.client()), sid, {"w": [item(sid, 0, 5)]}, lease_ttl_ms=60_000)
     session = _session(cluster)
     _kill_inbox_master(cluster)
@@ -121,7 +122,7 @@ def test_a_claim_reads_the_inbox_again_once_its_slot_is_served_and_claims_a_sche
     is claimed, and one line says the inbox answers again."""
     monkeypatch.setattr(inbox, "RETRY_S", 0.0)
     inbox_port = key_owner(cluster, keys.inbox("w"))
-    known, later = (_elsewhere(cluster, start, inbox_port) for start in ("k", "l"))
+    known, later = (schedule_off(cluster, start, inbox_port) for start in ("k", "l"))
     delivery = Delivery(cluster.client())
     publish(delivery, known, {"w": [item(known, i, 5) for i in range(50)]}, lease_ttl_ms=60_000)
     session = _session(cluster)

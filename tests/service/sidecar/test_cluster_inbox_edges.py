@@ -30,7 +30,14 @@ from service.delivery.retries import short_retry
 from service.sidecar import inbox
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, key_owner, partly_served, serve_everywhere, unserve_range
+from tests.cluster import (
+    LocalCluster,
+    key_owner,
+    partly_served,
+    schedule_off,
+    serve_everywhere,
+    unserve_range,
+)
 from tests.service.sidecar.procs import item, publish
 
 pytestmark = pytest.mark.slow
@@ -42,12 +49,6 @@ def cluster() -> Iterator[LocalCluster]:
     """A cluster of the test's own: it kills or stops the inbox's master."""
     with partly_served() as local:
         yield local
-
-
-def _elsewhere(cluster: LocalCluster, start: str, port: int) -> str:
-    """A schedule id starting ``start`` whose keys are not on the master at ``port``."""
-    ids = (f"{start}{i}" for i in range(10_000))
-    return next(sid for sid in ids if key_owner(cluster, keys.schedule_keys(sid).meta) != port)
 
 
 class _Counted(Delivery):
@@ -75,7 +76,7 @@ def _known(cluster: LocalCluster, start: str, items: int) -> tuple[WorkerSession
     """A session that knows one schedule of ``items`` items (not on the inbox's master), and that
     master's port."""
     port = key_owner(cluster, keys.inbox("w"))
-    sid = _elsewhere(cluster, start, port)
+    sid = schedule_off(cluster, start, port)
     publish(
         Delivery(cluster.client()), sid, {"w": [item(sid, i, 5) for i in range(items)]}, lease_ttl_ms=60_000
     )
@@ -216,7 +217,7 @@ def test_once_the_inbox_answered_again_the_next_claim_reads_it_itself(
             if "claims read worker w's inbox again" in caplog.text:
                 break
             await asyncio.sleep(0.05)
-        later = _elsewhere(cluster, "l", port)
+        later = schedule_off(cluster, "l", port)
         publish(Delivery(cluster.client()), later, {"w": [item(later, 0, 5)]}, lease_ttl_ms=60_000)
         return first, [h.lease.key for h in await session.claim(1)]
 
@@ -239,7 +240,7 @@ def test_a_known_schedule_a_claim_missed_is_walked_after_the_others_while_the_in
     first, a master that stays silent held every claim back by its timeout first."""
     monkeypatch.setattr(inbox, "RETRY_S", 60.0)
     port = key_owner(cluster, keys.inbox("w"))
-    old = _elsewhere(cluster, "o", port)
+    old = schedule_off(cluster, "o", port)
     its = key_owner(cluster, keys.schedule_keys(old).meta)
     young = next(
         f"y{i}"
