@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import redis
@@ -290,6 +291,20 @@ def key_owner(cluster: LocalCluster, key: str) -> int:
     """The port of the master that serves ``key``'s slot: the one a test kills or pauses to take that
     key's node down (an inbox's, a schedule's, the active index's)."""
     return _owner_of(cluster, key_slot(key.encode()))
+
+
+def commands_sent(client: redis.Redis | RedisCluster) -> list[str]:
+    """The names of the commands ``client`` sends from now on, in order (upper case), each still sent:
+    how a test states how many calls a claim made on a cluster that does not answer."""
+    asked: list[str] = []
+    send: Callable[..., Any] = client.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        asked.append(str(args[0]).upper())
+        return send(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    return asked
 
 
 def schedule_off(cluster: LocalCluster, start: str, port: int) -> str:

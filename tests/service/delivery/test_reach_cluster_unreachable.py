@@ -10,8 +10,7 @@ one here (reach62; the step keeper's pass had the same gap, flaky62)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -25,7 +24,7 @@ from service.redis_conn import connect
 from service.settings import Settings
 from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
-from tests.cluster import LocalCluster, serve_the_rest
+from tests.cluster import LocalCluster, commands_sent, serve_the_rest
 from tests.scripts_sent import Calls, count_scripts
 from tests.service.failover import TIMEOUT_S
 from tests.service.sidecar.procs import item, publish
@@ -107,14 +106,7 @@ def test_a_sidecars_claim_on_a_cluster_wholly_down_sends_one_call(cluster: Local
     client.nodes_manager.initialize()  # type: ignore[union-attr]
     for node in cluster.nodes:
         node.kill()
-    asked: list[str] = []
-    send: Callable[..., Any] = client.execute_command
-
-    def counted(*args: Any, **options: Any) -> Any:
-        asked.append(str(args[0]).upper())
-        return send(*args, **options)
-
-    client.execute_command = counted  # type: ignore[method-assign]
+    asked = commands_sent(client)
     try:
         with pytest.raises(redis.ConnectionError):
             asyncio.run(session.claim(8))

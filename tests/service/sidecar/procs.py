@@ -192,6 +192,17 @@ def wait_http(url: str, proc: Proc | None, timeout_s: float = PROCESS_START_S) -
     raise RuntimeError(f"nothing answered at {url}")
 
 
+class InboxReads(Delivery):
+    """A real Delivery that counts the reads of an inbox: how a test sees whether a claim asked the
+    inbox or walked the schedules it knew (the inbox's outage, ``service.sidecar.inbox``)."""
+
+    reads = 0
+
+    def schedules_for(self, worker_id: str) -> list[str]:
+        self.reads += 1
+        return super().schedules_for(worker_id)
+
+
 def item(prompt_id: str, sample_idx: int, actual: int, predicted: float | None = None) -> DeliveryItem:
     """An item whose engine-sim output length is ``actual`` tokens (told through the payload)."""
     return DeliveryItem(

@@ -66,11 +66,13 @@ class HandClock:
         return self.now
 
 
-def kept_on_a_hand_clock(redis_url: str) -> tuple[FailingCompletions, WorkerSession, HandClock]:
-    """A session with one completion kept (refused by a replica), on a clock the test moves."""
-    publish(
-        Delivery.from_url(redis_url), "t", {"w0": [item("a", 0, 10)]}, lease_ttl_ms=int(CLOCK_TTL_S * 1000)
-    )
+def kept_on_a_hand_clock(
+    redis_url: str, items: int = 1
+) -> tuple[FailingCompletions, WorkerSession, HandClock]:
+    """A session on a clock the test moves, its schedule ``t`` of ``items`` items for ``w0`` (``a``,
+    ``b``, ...), whose completions the test then has refused by a replica (kept) or land."""
+    queue = [item(chr(ord("a") + i), i, 10) for i in range(items)]
+    publish(Delivery.from_url(redis_url), "t", {"w0": queue}, lease_ttl_ms=int(CLOCK_TTL_S * 1000))
     delivery, session = kept_session(redis_url, [])
     clock = HandClock()
     session.resends.clock = clock

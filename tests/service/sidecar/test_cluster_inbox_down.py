@@ -35,7 +35,7 @@ from tests.cluster import (
     serve_everywhere,
     unserve_range,
 )
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.procs import InboxReads, item, publish
 
 pytestmark = pytest.mark.slow
 
@@ -47,20 +47,10 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-class _Counted(Delivery):
-    """Real cluster; counts the reads of an inbox."""
-
-    reads = 0
-
-    def schedules_for(self, worker_id: str) -> list[str]:
-        self.reads += 1
-        return super().schedules_for(worker_id)
-
-
 def _session(cluster: LocalCluster) -> WorkerSession:
     """Worker ``w``'s session on a client that retries as the sidecar's (``short_retry``)."""
     client = RedisCluster(startup_nodes=cluster.startup_nodes, decode_responses=True, retry=short_retry())
-    return WorkerSession(_Counted(client), Holdings(8), SessionSettings("w"))
+    return WorkerSession(InboxReads(client), Holdings(8), SessionSettings("w"))
 
 
 def _kill_inbox_master(cluster: LocalCluster) -> int:
@@ -87,7 +77,7 @@ def test_claims_go_on_from_the_known_schedules_oldest_first_while_the_inbox_mast
     assert [info.schedule_id for info in asyncio.run(session.schedules())] == [old, gone, young]
     delivery.cancel(gone)
     _kill_inbox_master(cluster)
-    assert isinstance(session.delivery, _Counted)
+    assert isinstance(session.delivery, InboxReads)
     session.delivery.reads = 0
     caplog.set_level(logging.INFO, logger="service.sidecar")
     first = asyncio.run(session.claim(2))

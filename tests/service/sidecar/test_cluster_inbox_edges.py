@@ -16,8 +16,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -32,13 +31,14 @@ from service.sidecar.holdings import Holdings
 from service.sidecar.session import SessionSettings, WorkerSession
 from tests.cluster import (
     LocalCluster,
+    commands_sent,
     key_owner,
     partly_served,
     schedule_off,
     serve_everywhere,
     unserve_range,
 )
-from tests.service.sidecar.procs import item, publish
+from tests.service.sidecar.procs import InboxReads, item, publish
 
 pytestmark = pytest.mark.slow
 SOCKET_S = 1.0  # the session's socket timeout: what a silent master holds each read it answers not
@@ -51,16 +51,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-class _Counted(Delivery):
-    """Real cluster; counts the reads of an inbox."""
-
-    reads = 0
-
-    def schedules_for(self, worker_id: str) -> list[str]:
-        self.reads += 1
-        return super().schedules_for(worker_id)
-
-
 def _session(cluster: LocalCluster, socket_s: float = SOCKET_S) -> WorkerSession:
     """Worker ``w``'s session on a client that retries as the sidecar's, a read timing out at ``socket_s``."""
     client = RedisCluster(
@@ -69,7 +59,7 @@ def _session(cluster: LocalCluster, socket_s: float = SOCKET_S) -> WorkerSession
         retry=short_retry(),
         socket_timeout=socket_s,
     )
-    return WorkerSession(_Counted(client), Holdings(64), SessionSettings("w"))
+    return WorkerSession(InboxReads(client), Holdings(64), SessionSettings("w"))
 
 
 def _known(cluster: LocalCluster, start: str, items: int) -> tuple[WorkerSession, str, int]:
@@ -146,7 +136,7 @@ def test_a_failed_background_read_is_asked_again_only_retry_s_later_and_told_onc
     monkeypatch.setattr(inbox, "RETRY_S", retry_s)
     session, _, port = _known(cluster, "r", 500)
     next(node for node in cluster.nodes if node.port == port).kill()
-    assert isinstance(session.delivery, _Counted)
+    assert isinstance(session.delivery, InboxReads)
     session.delivery.reads = 0
     caplog.set_level(logging.INFO, logger="service.sidecar")
 
@@ -278,14 +268,7 @@ def test_a_claim_on_a_cluster_wholly_down_raises_at_the_inbox_read_and_asks_noth
     client.nodes_manager._topology_refresh_min_interval = 0.0
     for node in cluster.nodes:
         node.kill()
-    asked: list[str] = []
-    send: Callable[..., Any] = client.execute_command
-
-    def counted(*args: Any, **options: Any) -> Any:
-        asked.append(str(args[0]).upper())
-        return send(*args, **options)
-
-    client.execute_command = counted  # type: ignore[method-assign]
+    asked = commands_sent(client)
     caplog.set_level(logging.INFO, logger="service.sidecar")
     try:
         with pytest.raises(RedisClusterUnreachableError):

@@ -30,7 +30,6 @@ from tests.service.sidecar.push_resends import (
     keep_refused,
     kept_lost_at,
     kept_on_a_hand_clock,
-    kept_session,
 )
 
 
@@ -71,15 +70,7 @@ def test_a_resend_that_lands_after_an_outage_ends_it_for_a_result_kept_later(
     """Redis back, the first it answers is a kept result landing: from then on results age again, so
     one kept a second later (refused) is given up its bound after its keep, not a bound after some
     later answer (no heartbeat answers here: no lease is heartbeated)."""
-    publish(
-        Delivery.from_url(redis_url),
-        "t",
-        {"w0": [item("a", 0, 10), item("b", 1, 10)]},
-        lease_ttl_ms=int(CLOCK_TTL_S * 1000),
-    )
-    delivery, session = kept_session(redis_url, [])
-    clock = HandClock()
-    session.resends.clock = clock
+    delivery, session, clock = kept_on_a_hand_clock(redis_url, items=2)
 
     async def outage_then_landing() -> None:
         a, b = await session.claim(2)
@@ -114,15 +105,7 @@ def test_a_heartbeat_with_no_lease_held_takes_the_resends_own_failure_for_an_out
     (its beat of ``t`` long past), so the kept result stops ageing and is not given up however long
     the outage lasts. Read with the last beat's answer for ``t``, it aged on and was counted lost
     with Redis never answering since."""
-    publish(
-        Delivery.from_url(redis_url),
-        "t",
-        {"w0": [item("a", 0, 10), item("b", 1, 10)]},
-        lease_ttl_ms=int(CLOCK_TTL_S * 1000),
-    )
-    delivery, session = kept_session(redis_url, [])
-    clock = HandClock()
-    session.resends.clock = clock
+    delivery, session, clock = kept_on_a_hand_clock(redis_url, items=2)
 
     async def kept_then_nothing_held() -> None:
         a, b = await session.claim(2)
