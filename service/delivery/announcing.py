@@ -9,14 +9,21 @@ or crashed, left their items to thieves, if any (reannounce65).
 So an announce marks the schedule before it writes anything (``P:meta`` ``announcing``, ``BEGIN``: the
 check that it is unsettled, in the same script, so a cancelled or finished schedule is never marked nor
 announced), lists it in the announcing index (``keys.announcing_index``: in the active index's slot,
-written in that node's pipeline, which ``_each_node`` sends first), and clears the mark only once every
+first in that node's pipeline, which ``_each_node`` sends first), and clears the mark only once every
 node answered (``END``). Both ride round trips the announce made already (its settled check before and
 after the writes, one script each on the schedule's slot, the active index's pipeline): a publish where
-every node answers sends no more calls than before. Everything is in Redis, so a service restart loses
-nothing: a reaper of any replica reads the index (``pending``), and a schedule listed there long enough
-for its announce to be over (``keys.REANNOUNCE_AFTER_MS``) whose mark still holds is announced again
-(``Delivery.announce``, the same announce); one whose mark was cleared leaves the index (``DROP``: only
-the entry read, so a later announce's entry stays).
+every node answers sends no more calls than before. Mark and listing are in Redis, so a service restart
+loses nothing: a reaper of any replica reads the index (with what is due, one script:
+``walk_for_reaping``), and a schedule listed there long enough for its announce to be over
+(``keys.REANNOUNCE_AFTER_MS``) whose mark still holds is announced again (``Delivery.announce``, the
+same announce); one whose mark was cleared leaves the index (``DROP``: only the entry read, so a later
+announce's entry stays).
+
+Where the active index's node did not answer, nothing lists the schedule: the process that announced
+it keeps it in memory (``DeliveryIndexes.unlisted``) and its reaper announces it again once that node
+answers (``relist``, ops66). That process dying first leaves it to the client's retry, as does one
+killed between the publish's script and ``BEGIN`` (no mark): no key on a node that answered lists it,
+and the reapers scan no keys.
 
 Announcing again is safe: an inbox is a sorted set, one entry per schedule id, so a second announce
 changes nothing there, and a claim decides on the schedule's own keys (each item leased once). A
@@ -28,6 +35,7 @@ after them (``END``), also where a node did not answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,15 +78,6 @@ if tonumber(total) <= (tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + (tonumber(
 return 1
 """
 
-# The announcing index's entries at least ARGV[1] ms old on this node's clock, oldest first, at most
-# ARGV[2] of them, with their scores: KEYS[1] the index.
-PENDING = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local upto = now - tonumber(ARGV[1])
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, ARGV[2])
-"""
-
 # Drop an entry of the announcing index (KEYS[1]) only where it still has the score read (ARGV[2]):
 # an announce begun since rewrote it, and may not reach every inbox.
 DROP = """
@@ -94,13 +93,12 @@ class MarkScripts:
 
     begin: Script
     end: Script
-    pending: Script
     drop: Script
 
     @classmethod
     def on(cls, client: Any) -> MarkScripts:
         """The scripts for ``client`` (a Redis or RedisCluster)."""
-        return cls(*(client.register_script(body) for body in (BEGIN, END, PENDING, DROP)))
+        return cls(*(client.register_script(body) for body in (BEGIN, END, DROP)))
 
 
 def begin(
@@ -120,7 +118,7 @@ def end(client: Any, scripts: MarkScripts, keys: keyspace.ScheduleKeys, complete
 
 @dataclass
 class Reannounced:
-    """What one reaper pass did with the announcing index."""
+    """What one reaper pass's announces again did (``reannounce``: the announcing index's; ``relist``)."""
 
     announced: list[str] = field(default_factory=list)  # announced again: every inbox holds it now
     dropped: list[str] = field(default_factory=list)  # its mark cleared (announced, settled or gone)
@@ -128,10 +126,15 @@ class Reannounced:
 
 
 def reannounce(
-    delivery: Any, after_ms: int = keyspace.REANNOUNCE_AFTER_MS, count: int = keyspace.REANNOUNCE_BATCH
+    delivery: Any,
+    after_ms: int = keyspace.REANNOUNCE_AFTER_MS,
+    count: int = keyspace.REANNOUNCE_BATCH,
+    listed: Sequence[tuple[str, str]] | None = None,
 ) -> Reannounced:
     """Announce again the schedules whose announce did not reach every inbox (a ``Delivery``'s), the
     oldest ``count`` listed at least ``after_ms`` ago; drop the entries whose mark was cleared.
+    ``listed``: those entries with their scores, where the caller read them already (a reaper pass
+    reads them with what is due, one script: ``walk_for_reaping``); None: read here.
 
     The pass stops at the first call that fails (a node down, the index's own or an inbox's): the
     rest wait for the next pass, so a dead master costs a pass one failed call (0.13 s with the
@@ -139,18 +142,50 @@ def reannounce(
     its mark, and its entry is rewritten with the new announce's time, so it comes back ``after_ms``
     later, behind the others."""
     done = Reannounced()
-    if delivery.marks is None:
-        delivery.marks = MarkScripts.on(delivery.client)
-    index = keyspace.announcing_index(delivery.prefix)
-    try:
-        flat = evaluate(delivery.client, delivery.marks.pending, [index], [after_ms, count])
-    except REDIS_FAILED as error:
-        done.missed[index] = error
-        return done
-    for i in range(0, len(flat), 2):
-        schedule_id, score = text(flat[i]), text(flat[i + 1])
+    delivery.marks = delivery.marks or MarkScripts.on(delivery.client)  # its DROP
+    if listed is None:
         try:
-            _again(delivery, index, schedule_id, score, done)
+            listed = delivery.walk_for_reaping(after_ms=after_ms, count=count).listed
+        except REDIS_FAILED as error:
+            done.missed[keyspace.announcing_index(delivery.prefix)] = error
+            return done
+    scores = dict(listed)
+    _each(done, list(scores), lambda schedule_id: _again(delivery, schedule_id, scores[schedule_id], done))
+    return done
+
+
+def relist(delivery: Any) -> Reannounced:
+    """Announce again the schedules whose announce in this process did not list them: the active
+    index's node did not answer it, so neither index holds them and no reaper would find them
+    (``DeliveryIndexes.unlisted``, in memory: a process that dies first leaves them to the client's
+    retry). Run by a reaper pass once it has read that node. Each leaves ``unlisted`` once an
+    announce of it lists it (or finds it settled or gone); nothing is sent where none is held."""
+    done = Reannounced()
+
+    def one(schedule_id: str) -> None:
+        retention_s = delivery.unlisted.get(schedule_id)
+        if retention_s is None:  # listed meanwhile by another thread's announce (a retried publish)
+            return
+        try:
+            announced = delivery.announce(schedule_id, retention_s)
+        except UnknownScheduleError:  # expired meanwhile
+            delivery.unlisted.pop(schedule_id, None)
+            announced = False
+        (done.announced if announced else done.dropped).append(schedule_id)
+        if announced:
+            log.info("announced schedule %s again: its announce had not listed it", schedule_id)
+
+    _each(done, list(delivery.unlisted), one)
+    return done
+
+
+def _each(done: Reannounced, schedule_ids: list[str], one: Callable[[str], None]) -> None:
+    """``one`` for each schedule, in order: its keys damaged (a script's error reply) logged and
+    skipped, the others go on (listed first at every pass, a stop there starved the rest); a node or
+    slot out stops the walk, the rest waiting for the next pass."""
+    for schedule_id in schedule_ids:
+        try:
+            one(schedule_id)
         except SLOT_NOT_SERVED + NODE_DOWN as error:  # a node or slot out: the rest wait a pass
             done.missed[schedule_id] = error
             log.info("announcing schedule %s again failed, next pass: %s", schedule_id, error)
@@ -161,10 +196,9 @@ def reannounce(
         except REDIS_FAILED as error:
             done.missed[schedule_id] = error
             break
-    return done
 
 
-def _again(delivery: Any, index: str, schedule_id: str, score: str, done: Reannounced) -> None:
+def _again(delivery: Any, schedule_id: str, score: str, done: Reannounced) -> None:
     """One listed schedule: announced again where its mark holds (``Delivery.announce``, with the
     retention the mark keeps), else its entry dropped."""
     mark = delivery.client.hget(delivery.keys(schedule_id).meta, keyspace.ANNOUNCING)
@@ -178,5 +212,6 @@ def _again(delivery: Any, index: str, schedule_id: str, score: str, done: Reanno
             log.info("announced schedule %s again: its announce had not reached every inbox", schedule_id)
             return
         # settled meanwhile: the announce cleared its mark and retired it, entry and all; gone: no mark
+    index = keyspace.announcing_index(delivery.prefix)
     evaluate(delivery.client, delivery.marks.drop, [index], [schedule_id, score])
     done.dropped.append(schedule_id)

@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from service.delivery import keys as keyspace
 from service.delivery.errors import (
     NODE_DOWN,
+    SLOT_NOT_SERVED,
     MarkLapsedError,
     ScheduleConflictError,
     ScheduleWithdrawnError,
@@ -54,6 +55,7 @@ class ScriptCalls(DeliveryIndexes):
         self.client = client
         self.prefix = prefix
         self.scripts: Scripts = register(client)
+        self.unlisted = {}  # ``DeliveryIndexes.unlisted``
 
     @classmethod
     def from_url(cls, url: str, prefix: str = keyspace.DEFAULT_PREFIX, cluster: bool = False) -> Self:
@@ -82,15 +84,16 @@ class ScriptCalls(DeliveryIndexes):
         a heartbeat, a release or the reaper) must take the schedule out of the sidecars' inboxes and
         the reapers' index at once, or they keep polling finished work until its retention passes.
 
-        A node that does not answer that retire (``NODE_DOWN``) is a WARNING, and the script's answer
-        stands: raised, the caller's retry ran the script again, answered ``DUPLICATE`` (or the same
-        leases) and raised again while the node was down, so an accepted result was held unanswered
-        (cluster55). The schedule stays in the reapers' index where the retire did not end
-        (``_retire``), and a reap of a settled schedule retires it again."""
+        A node that does not answer that retire (``NODE_DOWN``), or a slot of it not served
+        (``SLOT_NOT_SERVED``: ops66), is a WARNING, and the script's answer stands: raised, the
+        caller's retry ran the script again, answered ``DUPLICATE`` (or the same leases) and raised
+        again while the node was down, so an accepted result was held unanswered (cluster55). The
+        schedule stays in the reapers' index where the retire did not end (``_retire``), and a reap
+        of a settled schedule retires it again."""
         if int(reply[-1]) == 1:
             try:
                 self._retire(schedule_id)
-            except NODE_DOWN as error:
+            except NODE_DOWN + SLOT_NOT_SERVED as error:
                 log.warning(
                     "schedule %s settled, its retire from the indexes left to the reapers: %s",
                     schedule_id,

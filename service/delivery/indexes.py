@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
@@ -22,22 +23,28 @@ from redis.exceptions import RedisClusterException
 
 from service.delivery import announcing
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, REDIS_FAILED, IndexNodeDown, UnknownScheduleError
+from service.delivery.errors import (
+    NODE_DOWN,
+    REDIS_FAILED,
+    SLOT_NOT_SERVED,
+    IndexNodeDown,
+    UnknownScheduleError,
+)
 from service.delivery.planning_keep import KEEP, keep_each
 from service.delivery.scripts import evaluate
 from service.delivery.unanswered import Unanswered
 from service.delivery.views import DeliveryViews, text
 
-# The schedules a reaper pass must reap: KEYS[1] the active index, KEYS[2] the lapse index (one slot);
-# ARGV[1] now in ms ('' = this server's clock, as lua/common.lua reads it). Entries of the lapse index
-# whose schedule left the active index are dropped (only a reaper's write can leave one: a reap that
-# settled its schedule, whose retire ran first).
-_DUE = """
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+# What one reaper pass works on, in one script on the indexes' slot: KEYS[1] the active index, KEYS[2]
+# the lapse index, KEYS[3] the announcing index; ARGV[1] now in ms ('' = this server's clock, as
+# lua/common.lua reads it), ARGV[2] how old (server ms) an announcing entry must be, ARGV[3] at most how
+# many (0: none read). Answers {the schedules due, the announcing entries with their scores, oldest
+# first}. Entries of the lapse index whose schedule left the active index are dropped (only a reaper's
+# write can leave one: a reap that settled its schedule, whose retire ran first).
+_WALK = """
+local t = redis.call('TIME')
+local clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[1]) or clock
 local quiet, live, due, gone = {}, {}, {}, {}
 local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 1, #entries, 2 do quiet[entries[i]] = tonumber(entries[i + 1]) end
@@ -51,7 +58,12 @@ end
 for i = 1, #gone, 4000 do
   redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 3999, #gone)))
 end
-return due
+local listed = {}
+if tonumber(ARGV[3]) > 0 then
+  local upto = clock - tonumber(ARGV[2])
+  listed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, ARGV[3])
+end
+return {due, listed}
 """
 
 # Announce one schedule in one worker's inbox, atomically: KEYS[1] the inbox; ARGV the schedule id, its
@@ -91,11 +103,21 @@ return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber
 """
 
 
+class ReapingWalk(NamedTuple):
+    """What one reaper pass read (``DeliveryIndexes.walk_for_reaping``)."""
+
+    due: list[str]  # active schedules a lease of which may have lapsed, oldest first
+    listed: list[tuple[str, str]]  # the announcing index's entries old enough: (schedule id, score)
+
+
 class DeliveryIndexes(DeliveryViews):
     """The active index and the worker inboxes of one deployment; ``Delivery`` adds the atomic steps."""
 
-    _due: Script | None = None  # ``_DUE``, registered on first use
+    _walk: Script | None = None  # ``_WALK``, registered on first use
     marks: announcing.MarkScripts | None = None  # the announce's mark, registered on first use
+    # schedule id -> retention (s) of this process's announces whose listing did not land (the active
+    # index's node did not answer): ``announcing.relist``'s, set by ``ScriptCalls.__init__``
+    unlisted: dict[str, int]
 
     def announce(self, schedule_id: str, retention_s: int) -> bool:
         """Announce a stored schedule again; ``UnknownScheduleError`` when there is none. Whether it
@@ -104,7 +126,8 @@ class DeliveryIndexes(DeliveryViews):
         ``publish`` stores atomically, then announces in a second round trip; a timeout or OOM in
         between leaves a schedule no sidecar sees. The caller's retry (same ``schedule_id``) is one
         who knows, so the refusal of that retry repairs it here (idempotent); a reaper is the other,
-        where the announce's mark says it did not reach every inbox (``announcing.reannounce``).
+        where the announce's mark says it did not reach every inbox (``announcing.reannounce``), or
+        this process's, where its announce could not list it (``unlisted``: ``announcing.relist``).
         """
         info = self.info(schedule_id)
         return self._announce(schedule_id, sorted(set(info.workers) - set(info.drained)), retention_s)
@@ -170,37 +193,54 @@ class DeliveryIndexes(DeliveryViews):
         caller's retry (same ``schedule_id``, ``announce``) repairs the inboxes it missed, or a reaper
         does: the schedule is marked before the writes and listed with the active index's entry,
         the mark cleared once every node answered (``announcing.py``: no call more than before).
+        Where the listing itself did not land (the active index's node down), this process's reaper
+        announces it again once that node answers (``unlisted``: in memory, ops66).
         """
         keys = self.keys(schedule_id)
         self.marks = self.marks or announcing.MarkScripts.on(self.client)
         begun = announcing.begin(self.client, self.marks, keys, retention_s)
         if begun is None:
+            self.unlisted.pop(schedule_id, None)
             self._retire(schedule_id)
             return False
-        published, marked = begun
+        missed: list[str] = []
+        try:
+            writes = self._announce_writes(schedule_id, workers, retention_s, *begun)
+            self._each_node(writes, "announcing a stored schedule in its indexes", missed=missed)
+        except NODE_DOWN + SLOT_NOT_SERVED:
+            if keyspace.active_index(self.prefix) in missed:  # nothing the reapers walk lists it
+                self.unlisted[schedule_id] = retention_s
+            else:
+                self.unlisted.pop(schedule_id, None)
+            with contextlib.suppress(*REDIS_FAILED):  # the announce's error is the one raised
+                self._settled_check(keys, complete=False)
+            raise
+        self.unlisted.pop(schedule_id, None)
+        return self._settled_check(keys, complete=True)
+
+    def _announce_writes(
+        self, schedule_id: str, workers: Sequence[str], retention_s: int, published: int, marked: int
+    ) -> dict[str, list[tuple[object, ...]]]:
+        """An announce's commands by key: the active index's first (``_each_node`` sends its node
+        first), the announcing index's entry first of all (``marked``: the server's ms at ``BEGIN``),
+        so whatever of that pipeline ran lists the schedule for the reapers before any inbox is
+        written; then the lapse index and each worker's inbox (``_INBOX``)."""
         horizon = published - retention_s * 1000
         # Pruning needs a later announce to the same worker; an expiry does not (a departed worker).
         life_ms = (retention_s + keyspace.INBOX_MARGIN_S) * 1000
         active, lapse = keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)
         writes: dict[str, list[tuple[object, ...]]] = {
             active: [
+                ("ZADD", keyspace.announcing_index(self.prefix), marked, schedule_id),  # its slot
                 ("ZADD", active, published, schedule_id),
                 ("ZREMRANGEBYSCORE", active, "-inf", f"({horizon}"),
             ],
             lapse: [("ZREM", lapse, schedule_id)],  # a re-publish is reaped at once
         }
-        # with the active index's entry, on its node (sent first): what the reapers walk, they repair
-        writes[active].append(("ZADD", keyspace.announcing_index(self.prefix), marked, schedule_id))
         for worker in workers:  # the body, not its SHA: no NOSCRIPT to rerun, on any node of a cluster
             inbox = keyspace.inbox(worker, self.prefix)  # (whose pipelines refuse ``eval``, not the command)
             writes[inbox] = [("EVAL", _INBOX, 1, inbox, schedule_id, published, horizon, life_ms)]
-        try:
-            self._each_node(writes, "announcing a stored schedule in its indexes")
-        except IndexNodeDown:
-            with contextlib.suppress(*REDIS_FAILED):  # that node's error is the one raised
-                self._settled_check(keys, complete=False)
-            raise
-        return self._settled_check(keys, complete=True)
+        return writes
 
     def _settled_check(self, keys: keyspace.ScheduleKeys, complete: bool) -> bool:
         """After an announce's writes: its mark cleared where ``complete`` (``announcing.END``); a
@@ -213,43 +253,61 @@ class DeliveryIndexes(DeliveryViews):
         return False
 
     def _each_node(
-        self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
+        self,
+        writes: Mapping[str, Sequence[tuple[object, ...]]],
+        doing: str,
+        hold_back: str | None = None,
+        missed: list[str] | None = None,
     ) -> None:
         """Send ``writes`` (each key's commands) in one pipeline per node the cluster client's map
-        sends the keys to, each whatever the others answer; the first node that did not answer is
-        raised (``IndexNodeDown``) after the rest. ``hold_back``'s node, where given, is sent last,
-        and not at all where another did not answer (``_retire``), and ``hold_back``'s own commands
-        last in its pipeline: a pipeline cut short (its node gone mid-way, a command of it redirected to
-        a node down) has run a head of it, so ``hold_back`` stays where any other did not land. A single
-        Redis, or a slot the map sends nowhere: one pipeline, its error raised as it is."""
+        sends the keys to, each whatever the others answer; the first that failed is raised after
+        the rest, a node that did not answer as ``IndexNodeDown``, a slot not served as it is
+        (``SLOT_NOT_SERVED``: its node's "Hash slot not served", or a slot the map sends nowhere,
+        once the retries and map refresh of the client's pipeline are spent), and the names of every
+        pipeline that failed, or was not sent, go in ``missed``.
+        ``hold_back``'s node, where given, is sent last, and not at all where another failed
+        (``_retire``), and ``hold_back``'s own commands last in its pipeline: a pipeline cut short
+        (its node gone mid-way, a command of it redirected to a node down) has run a head of it, so
+        ``hold_back`` stays where any other did not land. A single Redis: one pipeline. Until ops66
+        a slot not served was raised at once, the nodes after it not sent: other workers were not
+        announced the schedule, or not retired from it."""
         client = self.client
         names = list(writes)
         groups: dict[str | None, list[str]] = (
             _by_node(client, names) if isinstance(client, RedisCluster) else {None: names}
         )
-        down: IndexNodeDown | None = None
+        failed: Exception | None = None
+        missed = [] if missed is None else missed
         for node in sorted(groups, key=lambda n: hold_back in groups[n]):  # stable: hold_back's last
             group = groups[node]
-            if down is not None and hold_back in group:
+            if failed is not None and hold_back in group:
+                missed += group
                 break
-            pipe = self.client.pipeline(transaction=False)
-            for command in (c for name in sorted(group, key=lambda n: n == hold_back) for c in writes[name]):
-                pipe.execute_command(*command)
             try:
-                pipe.execute()
-            except NODE_DOWN as error:
-                if node is None:
-                    raise
-                down = down or IndexNodeDown(node, error, doing)
-        if down is not None:
-            raise down
+                self._send(group, writes, hold_back)
+            except NODE_DOWN + SLOT_NOT_SERVED as error:
+                missed += group
+                down = node is not None and isinstance(error, NODE_DOWN)
+                failed = failed or (IndexNodeDown(str(node), error, doing) if down else error)
+        if failed is not None:
+            raise failed
+
+    def _send(
+        self, names: Sequence[str], writes: Mapping[str, Sequence[tuple[object, ...]]], last: str | None
+    ) -> None:
+        """One pipeline of ``names``' writes, in their order but for ``last``'s, which go last."""
+        pipe = self.client.pipeline(transaction=False)
+        for command in (c for name in sorted(names, key=lambda n: n == last) for c in writes[name]):
+            pipe.execute_command(*command)
+        pipe.execute()
 
     def _retire(self, schedule_id: str) -> None:
         """Drop a finished schedule from the indexes; its keys stay until retention for reading.
 
         On a Redis Cluster, one pipeline per node the client's map sends the indexes to, each sent
         whatever the others answer: a node that does not answer is raised as its own
-        (``IndexNodeDown``), after the others' indexes are retired. One pipeline for them all raised
+        (``IndexNodeDown``), and a slot not served as it is, after the others' indexes are retired
+        (``_each_node``). One pipeline for them all raised
         redis-py's bare "Connection refused" or timeout, naming no node, which its callers took for the
         schedule's master's, whose script had just answered (review53b). The active index's node is
         sent last, and not where another did not answer, and its removal from that index last on it:
@@ -270,17 +328,32 @@ class DeliveryIndexes(DeliveryViews):
         """Active schedules, oldest first, a lease of which may have lapsed by now (the lease clock,
         or ``now_ms``): those whose time in the lapse index passed (a lease lapses once now is past
         its deadline, as ``lua/reap.lua`` reads it), and those it has none for (new, or failing to
-        reap). One script on the indexes' slot (``_DUE``), which also drops the lapse entries of
-        schedules no longer active: a pass with nothing due is one command, on Redis Cluster too.
+        reap). ``walk_for_reaping``'s first part, the announcing index not read."""
+        return self.walk_for_reaping(now_ms, count=0).due
+
+    def walk_for_reaping(
+        self,
+        now_ms: int | None = None,
+        after_ms: int = keyspace.REANNOUNCE_AFTER_MS,
+        count: int = keyspace.REANNOUNCE_BATCH,
+    ) -> ReapingWalk:
+        """What one reaper pass works on, in one script on the indexes' slot (``_WALK``): the
+        schedules due (``due_for_reaping``), and up to ``count`` entries of the announcing index at
+        least ``after_ms`` old on that node's clock, oldest first (``announcing.reannounce``). The
+        script also drops the lapse entries of schedules no longer active. So a pass with nothing
+        to do is one command, on Redis Cluster too (reannounce65 had made it two: ops66).
 
         On Redis Cluster the clock is the indexes' node's, not the schedule's: a skew between the
         two delays a reap by as much (milliseconds under NTP, against lease ttls of seconds).
         """
-        if self._due is None:
-            self._due = self.client.register_script(_DUE)
-        keys = [keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)]
-        due = evaluate(self.client, self._due, keys, ["" if now_ms is None else now_ms])
-        return [text(s) for s in due]
+        if self._walk is None:
+            self._walk = self.client.register_script(_WALK)
+        names = [keyspace.active_index(self.prefix), keyspace.lapse_index(self.prefix)]
+        names.append(keyspace.announcing_index(self.prefix))
+        args = ["" if now_ms is None else now_ms, after_ms, count]
+        due, flat = evaluate(self.client, self._walk, names, args)
+        listed = [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return ReapingWalk([text(s) for s in due], listed)
 
     def defer_reaping(self, quiet_until_ms: Mapping[str, int]) -> None:
         """Record, per schedule just reaped, when its next lease can lapse at the earliest (the
@@ -292,7 +365,8 @@ class DeliveryIndexes(DeliveryViews):
 
 def _by_node(client: RedisCluster, names: Sequence[str]) -> dict[str | None, list[str]]:
     """``names`` by the node the client's map sends each to (its name; None where the map sends it
-    nowhere: its slot not covered, the cluster client's own error raised for it), in order."""
+    nowhere: its slot not covered, whose pipeline the client sends after a refresh of its map, or
+    fails with the slot's error), in order."""
     groups: dict[str | None, list[str]] = {}
     for name in names:
         try:

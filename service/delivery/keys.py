@@ -65,10 +65,11 @@ active and lapse indexes together, which share a slot):
   holds unsettled schedules only (one leaves when it settles, is cancelled or its keys expired).
 * ``<prefix>:lapse:{<prefix>:active}`` (zset): schedule id -> lease-clock ms until which none of its
   leases has lapsed (``reaper.reap_all`` skips it until then). No TTL: active schedules only. Tagged
-  with the active index's name, so one script reads both (``due_for_reaping``).
+  with the active index's name, so one script reads both (``walk_for_reaping``).
 * ``<prefix>:announcing:{<prefix>:active}`` (zset): schedule id -> server ms its latest announce began;
-  written with the active index's entry, in its slot. No TTL: reapers drop an entry once its schedule's
-  ``P:meta`` ``announcing`` is cleared (every inbox answered) or it settled, and a retire drops it
+  written first in the active index's pipeline, in its slot, and read with it by one script
+  (``walk_for_reaping``). No TTL: reapers drop an entry once its schedule's ``P:meta`` ``announcing``
+  is cleared (every inbox answered) or it settled, and a retire drops it
   (``service/delivery/announcing.py``).
 * ``<prefix>:inbox:{<worker>}`` (zset): schedule id -> publish time (ms); what a sidecar pulls. Expires
   ``retention + INBOX_MARGIN_S`` after its latest announce (only ever extended).
@@ -359,15 +360,16 @@ def lapse_index(prefix: str = DEFAULT_PREFIX) -> str:
     """Zset: active schedule id -> lease-clock ms until which none of its leases lapse (reapers').
 
     Tagged ``{<prefix>:active}``: the active index's name has no braces, so it hashes on its whole
-    name, and this key lands in its slot: the due-for-reaping script may read both on Redis Cluster.
+    name, and this key lands in its slot: a reaper pass's one script may read both on Redis Cluster.
     """
     return f"{prefix}:lapse:{{{active_index(prefix)}}}"
 
 
 def announcing_index(prefix: str = DEFAULT_PREFIX) -> str:
     """Zset: schedule id -> server ms its latest announce began, until a reaper saw that announce (or
-    a later one) reach every inbox; tagged ``{<prefix>:active}``, so it is written in the active
-    index's pipeline and read by one script (``announcing.PENDING``)."""
+    a later one) reach every inbox; tagged ``{<prefix>:active}``, so it is written first in the active
+    index's pipeline and read with the active and lapse indexes by a reaper pass's one script
+    (``DeliveryIndexes.walk_for_reaping``)."""
     return f"{prefix}:announcing:{{{active_index(prefix)}}}"
 
 

@@ -5,8 +5,8 @@ two replicas reaping at once never requeue an item twice: the second finds nothi
 Each reap tells when that schedule's next lease can lapse at the earliest; the pass records it in the
 lapse index (``keys.lapse_index``) and later passes skip the schedule until then. A pass over N
 schedules with none lapsed was N script runs and N round trips a second on every replica (1,000:
-~5,000 commands); now it is one script, plus a reap per schedule that falls due (docs/experiments.md),
-and the read of the announcing index (below).
+~5,000 commands); now it is one script, which reads the announcing index too (below: ops66, where
+reannounce65 had made it two), plus a reap per schedule that falls due (docs/experiments.md).
 Leases lapse only when heartbeats stop (deadline = last heartbeat + lease ttl), so a long trajectory
 on a live worker is never reclaimed however long it runs; nor when Redis was out of everyone's reach:
 the first script after the silence graces the leases that were running (``lua/common.lua``
@@ -16,6 +16,8 @@ tell such a silence from holders that all died (docs/delivery.md, "Redis outages
 Each pass then announces again the schedules whose announce did not reach every worker's inbox (a
 master down during the publish, the client never retrying), once their node answers
 (``announcing.reannounce``): their mark is in Redis, so any replica's reaper does it, after a restart too.
+One whose announce could not list it (the active index's own master down) is known only to the process
+that announced it, whose reaper announces it again once that master answers (``announcing.relist``).
 
 A reaper given ``ready`` runs a pass only while it answers True: the service's asks the server's
 version (``redis_conn.VersionCheck``). Started while Redis was down, the service's reaper had gone on
@@ -38,7 +40,7 @@ from functools import partial
 import redis
 
 from service.delivery import keys as keyspace
-from service.delivery.announcing import reannounce
+from service.delivery.announcing import reannounce, relist
 from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
@@ -56,6 +58,7 @@ def reap_all(
     unserved: list[Exception] | None = None,
     reach: Reach | None = None,
     last: Collection[str] = (),
+    due: list[str] | None = None,
 ) -> dict[str, ReapReport]:
     """One pass over the active schedules that may hold a lapsed lease (``Delivery.due_for_reaping``);
     expired schedules are dropped from the index.
@@ -78,10 +81,13 @@ def reap_all(
     unserved from the first that fails, and passes the others over unasked (``reach.py``): each was a
     call of 0.26 s (helper cluster50). A schedule whose master did not answer is reaped at a failover's
     new master in the same pass, the map read again (``Reach.sent``: review52c), not a pass later.
+    ``due``: what is due, where the caller read it already (``Reaper``'s pass, with the announcing
+    index: ``walk_for_reaping``); None: read here.
     """
     reports: dict[str, ReapReport] = {}
     reach = Reach(delivery.client, delivery.prefix, learns=True) if reach is None else reach
-    for schedule_id in _missed_last(delivery.due_for_reaping(now_ms), last):
+    due = delivery.due_for_reaping(now_ms) if due is None else due
+    for schedule_id in _missed_last(due, last):
         if reach.passed_over(schedule_id):  # its slot or master failed already this pass
             continue
         try:
@@ -163,17 +169,20 @@ class Reaper:
         return True
 
     def _pass(self) -> None:
-        """One pass over every active schedule; lapsed leases reported and logged; then the first
-        error of a cluster slot not served now, if any (the outage ``_run`` logs once). What it did
-        not reach, also when it raised, goes last in the next pass."""
+        """One pass over every active schedule; lapsed leases reported and logged; the announces
+        again (``announcing``); then the first error of a cluster slot not served now, if any (the
+        outage ``_run`` logs once). What it did not reach, also when it raised, goes last in the
+        next pass. What is due and what is listed are one read (``walk_for_reaping``)."""
         unserved: list[Exception] = []
         reach = Reach(self.delivery.client, self.delivery.prefix, learns=True)  # its own thread
+        walk = self.delivery.walk_for_reaping()  # one script: what is due, what is listed
         try:
-            reports = reap_all(self.delivery, unserved=unserved, reach=reach, last=self._missed)
+            reports = reap_all(self.delivery, unserved=unserved, reach=reach, last=self._missed, due=walk.due)
         finally:
             if reach.missing or reach.answered:  # the walk ran: not a failed read of what is due
                 self._missed = set(reach.missing)
-        reannounce(self.delivery)  # after the reaps: a node down costs them nothing
+        reannounce(self.delivery, listed=walk.listed)  # after the reaps: a node down costs them nothing
+        relist(self.delivery)  # this process's announces that the active index's node missed
         for schedule_id, report in reports.items():
             if report.requeued or report.dead_lettered:
                 if self.on_reap is not None:
