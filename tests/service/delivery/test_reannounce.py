@@ -108,3 +108,24 @@ def test_a_listed_schedule_whose_keys_are_damaged_is_skipped_and_the_others_anno
     assert list(done.missed) == ["bad"]
     assert done.announced == [SID]
     assert delivery.schedules_for("b") == [SID]
+
+
+def test_a_schedule_its_announce_could_not_list_is_announced_by_relist_once(delivery: Delivery) -> None:
+    """What an announce whose active index's node did not answer leaves (``DeliveryIndexes.unlisted``:
+    neither index holds it, nor the inbox there): ``relist`` announces it to every index, once; a
+    settled one is retired instead, and one gone leaves ``unlisted`` (``announcing.relist``)."""
+    _missed(delivery, "b")
+    delivery.client.zrem(keys.active_index(), SID)
+    delivery.client.zrem(LISTED, SID)
+    delivery.unlisted.update({SID: keys.DEFAULT_RETENTION_S, "gone": keys.DEFAULT_RETENTION_S})
+    done = announcing.relist(delivery)
+    assert (done.announced, done.dropped) == ([SID], ["gone"])
+    assert delivery.unlisted == {}
+    assert delivery.active_schedules() == [SID]
+    assert delivery.schedules_for("b") == [SID]
+    assert delivery.client.hget(keys.schedule_keys(SID).meta, keys.ANNOUNCING) is None
+    assert announcing.relist(delivery) == announcing.Reannounced()  # nothing held: nothing sent
+    delivery.cancel(SID)
+    delivery.unlisted[SID] = keys.DEFAULT_RETENTION_S
+    assert announcing.relist(delivery).dropped == [SID]
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == delivery.active_schedules() == []
