@@ -6,7 +6,9 @@ meanwhile is not written back. The cluster case, a master killed: ``test_cluster
 
 from __future__ import annotations
 
+import pytest
 import redis
+from redis.client import Pipeline
 
 from service.delivery import CompletionOutcome, Delivery, announcing, keys
 from service.delivery.announcing import reannounce
@@ -129,3 +131,32 @@ def test_a_schedule_its_announce_could_not_list_is_announced_by_relist_once(deli
     delivery.unlisted[SID] = keys.DEFAULT_RETENTION_S
     assert announcing.relist(delivery).dropped == [SID]
     assert delivery.schedules_for("a") == delivery.schedules_for("b") == delivery.active_schedules() == []
+
+
+def test_an_announce_cut_short_after_its_first_command_has_listed_the_schedule(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Redis whose connection drops once the announce's pipeline has run its first command (a
+    node that died mid-pipeline): that command is the announcing index's entry, so the reapers find
+    the schedule and announce it to every inbox. It was the active index's entry until ops66: the
+    reapers walked the schedule and never announced it again, its inboxes empty."""
+    pipeline = delivery.client.pipeline
+
+    def cut_short(transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        pipe = pipeline(transaction, shard_hint)
+
+        def first_only() -> list[object]:
+            args, _ = pipe.command_stack[0]
+            delivery.client.execute_command(*args)  # type: ignore[no-untyped-call]
+            raise redis.ConnectionError("Connection lost mid-pipeline")
+
+        pipe.execute = first_only  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(delivery.client, "pipeline", cut_short)
+    with pytest.raises(redis.ConnectionError):
+        delivery.publish(schedule(SID, {"a": 1, "b": 1}))
+    monkeypatch.undo()
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == []
+    assert reannounce(delivery, after_ms=0).announced == [SID]
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == delivery.active_schedules() == [SID]
