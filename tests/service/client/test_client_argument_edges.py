@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.api.progress_schemas import ProgressResponse
 from service.api.learning_schemas import ActualReport
+from service.api.progress_schemas import ProgressResponse
 from service.api.schemas import ScheduleRequest
 from service.client import SchedulerAPIError, SchedulerClient
 from service.client.scheduler_client import StepResults
@@ -81,7 +81,9 @@ def test_a_wrong_type_is_a_type_error_naming_it_before_anything_is_sent(
     assert sent == []
 
 
-def test_group_sizes_by_prompt_and_no_rewards_are_taken(client: SchedulerClient, sent: list[httpx.Request]) -> None:
+def test_group_sizes_by_prompt_and_no_rewards_are_taken(
+    client: SchedulerClient, sent: list[httpx.Request]
+) -> None:
     """A mapping of group sizes and ``rewards=None`` are what the signature takes: a step of no
     result sends nothing and answers None."""
     assert client.report_results(1, NOTHING, group_sizes={"p0": 4}, rewards=None, prompt_tokens=None) is None

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, ClusterError
 from redis.retry import Retry
 
@@ -74,7 +75,7 @@ class _Failing(Delivery):
     """A delivery whose announce fails with ``error`` (a node down, a slot not served, a redirect too
     many: what a cluster's inbox write raises), the schedules it was asked for recorded."""
 
-    def __init__(self, client: redis.Redis, error: Exception) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster, error: Exception) -> None:
         super().__init__(client)
         self.error, self.asked = error, list[str]()
 
@@ -141,3 +142,31 @@ def test_a_schedule_announced_again_is_reported_announced_only_and_stays_listed(
     assert (done.announced, done.dropped) == ([SID], [])
     assert (delivery.client.zscore(LISTED, SID) or 0) > 1
     assert reannounce(delivery, after_ms=0).dropped == [SID]
+
+
+class _CancelledMidway(Delivery):
+    """A delivery whose announce meets a cancel and a node down: the cancel's retire runs before the
+    announce's writes, which undo it, and one node does not answer them."""
+
+    def _each_node(
+        self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
+    ) -> None:
+        if not doing.startswith("announcing"):
+            super()._each_node(writes, doing, hold_back)
+            return
+        self.cancel(SID)
+        super()._each_node(writes, doing, hold_back)
+        raise IndexNodeDown("127.0.0.1:7001", redis.ConnectionError("refused"), doing)
+
+
+def test_a_schedule_cancelled_during_an_announce_a_node_missed_is_retired_from_the_rest(
+    delivery: Delivery,
+) -> None:
+    """The node's error is raised, and the indexes that answered hold the cancelled schedule no more:
+    no worker claims from it, no reaper walks it."""
+    delivery.publish(schedule(SID, {"a": 1, "b": 1}))
+    with pytest.raises(IndexNodeDown):
+        _CancelledMidway(delivery.client).announce(SID, keys.DEFAULT_RETENTION_S)
+    assert delivery.schedules_for("a") == delivery.schedules_for("b") == []
+    assert delivery.client.zscore(keys.active_index(), SID) is None
+    assert delivery.client.zscore(LISTED, SID) is None
