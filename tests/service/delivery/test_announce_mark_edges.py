@@ -41,6 +41,28 @@ def test_a_replay_of_a_finished_schedule_writes_no_inbox(delivery: Delivery) -> 
     assert delivery.client.hget(keys.schedule_keys(SID).meta, keys.ANNOUNCING) is None
 
 
+def test_a_replay_of_a_settled_schedule_its_retire_missed_retires_it(delivery: Delivery) -> None:
+    """Its entries left where the retire at its settling did not land (a node down then): the replay
+    takes them out, so no worker claims from it and no reaper walks it."""
+    delivery.publish(schedule(SID, {"a": 1}))
+    for lease in delivery.claim(SID, "a", 10):
+        delivery.complete(lease, RESULT)
+    delivery.client.zadd(keys.inbox("a"), {SID: 1})
+    delivery.client.zadd(keys.active_index(), {SID: 1})
+    assert delivery.announce(SID, keys.DEFAULT_RETENTION_S) is False
+    assert delivery.schedules_for("a") == []
+    assert delivery.client.zscore(keys.active_index(), SID) is None
+
+
+def test_a_cancel_takes_the_schedule_out_of_the_announcing_index(delivery: Delivery) -> None:
+    """Listed by its announce (until a reaper sees its mark cleared), the schedule leaves the list
+    with the other indexes at its retire: the reapers have nothing of it to read again."""
+    delivery.publish(schedule(SID, {"a": 1}))
+    assert delivery.client.zscore(LISTED, SID) is not None
+    delivery.cancel(SID)
+    assert delivery.client.zscore(LISTED, SID) is None
+
+
 class _ExpiringMidway(Delivery):
     """A delivery whose schedule's keys expire while its announce writes the indexes (the retention
     ending between the mark and the check after the writes)."""
