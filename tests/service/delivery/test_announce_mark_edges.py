@@ -68,9 +68,13 @@ class _ExpiringMidway(Delivery):
     ending between the mark and the check after the writes)."""
 
     def _each_node(
-        self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
+        self,
+        writes: Mapping[str, Sequence[tuple[object, ...]]],
+        doing: str,
+        hold_back: str | None = None,
+        missed: list[str] | None = None,
     ) -> None:
-        super()._each_node(writes, doing, hold_back)
+        super()._each_node(writes, doing, hold_back, missed)
         if doing.startswith("announcing"):
             gone = keys.schedule_keys(SID)
             self.client.delete(gone.meta, gone.counts)
@@ -171,13 +175,17 @@ class _CancelledMidway(Delivery):
     announce's writes, which undo it, and one node does not answer them."""
 
     def _each_node(
-        self, writes: Mapping[str, Sequence[tuple[object, ...]]], doing: str, hold_back: str | None = None
+        self,
+        writes: Mapping[str, Sequence[tuple[object, ...]]],
+        doing: str,
+        hold_back: str | None = None,
+        missed: list[str] | None = None,
     ) -> None:
         if not doing.startswith("announcing"):
-            super()._each_node(writes, doing, hold_back)
+            super()._each_node(writes, doing, hold_back, missed)
             return
         self.cancel(SID)
-        super()._each_node(writes, doing, hold_back)
+        super()._each_node(writes, doing, hold_back, missed)
         raise IndexNodeDown("127.0.0.1:7001", redis.ConnectionError("refused"), doing)
 
 
