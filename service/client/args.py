@@ -12,6 +12,7 @@ header of a thousand digits. Found walking the client as a new user would (user6
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -67,10 +68,23 @@ def whole(name: str, value: object) -> int:
 
 def seconds(name: str, value: object) -> float:
     """``value`` as a ``float`` if it is a real number of seconds (not a boolean, not a text), else
-    ``TypeError``."""
+    ``TypeError``; a NaN is a ``ValueError``: every comparison with it is false, so a ``wait`` or an
+    ``outage_s`` of NaN never ran out, and a client's ``timeout_s`` failed each ``schedule``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise refused(name, "a number of seconds", value)
-    return float(value)
+    if math.isnan(as_float := float(value)):
+        raise ValueError(f"{name}=nan: expected a number of seconds")
+    return as_float
+
+
+def http_timeout(name: str, value: object) -> float:
+    """``seconds``, finite and above 0: the client's HTTP timeout, which each ``schedule`` also sends
+    in milliseconds as its deadline (``DEADLINE_HEADER``). An infinite one was taken, and every
+    ``schedule`` then raised ``OverflowError`` converting it to an integer; ``wait``'s own
+    ``timeout_s`` may be infinite (``None`` says so too)."""
+    if not 0 < (as_float := seconds(name, value)) < math.inf:
+        raise ValueError(f"{name}={as_float!r}: expected a finite number of seconds above 0")
+    return as_float
 
 
 def text(name: str, value: object) -> str:

@@ -11,6 +11,7 @@ one ``except`` serves the loop. docs/client.md shows it in a veRL-style loop.
 from __future__ import annotations
 
 import functools
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,17 @@ from service.api.progress_schemas import (
 from service.api.schemas import ScheduleId, ScheduleRequest, ScheduleResponse
 from service.auth.tokens import check_token
 from service.client.actuals import actual_from_result, summed
-from service.client.args import bodies_of, body_of, mapping, refused, seconds, sizes, text, whole
+from service.client.args import (
+    bodies_of,
+    body_of,
+    http_timeout,
+    mapping,
+    refused,
+    seconds,
+    sizes,
+    text,
+    whole,
+)
 from service.client.steps import check_whole, whole_groups
 from service.client.tls import verified_context
 from service.client.wire import (
@@ -91,7 +102,7 @@ class SchedulerClient:
         token = check_token(token.strip())  # read from a file, a token often ends in a newline
         check_url(url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._timeout_s = timeout_s = seconds("timeout_s", timeout_s)
+        self._timeout_s = timeout_s = http_timeout("timeout_s", timeout_s)
         self._http = httpx.Client(  # the process's one TLS context: building one is ~34 ms of CPU
             base_url=url, headers=headers, timeout=timeout_s, transport=transport, verify=verified_context()
         )
@@ -189,10 +200,11 @@ class SchedulerClient:
         ``timeout_s`` or the service's longest (``RESULTS_MAX_WAIT_MS``, whatever ``poll_ms``: a
         longer one was refused, 422). Waiting only reads, and the step runs on without the service,
         so a retryable failure (a restart, Redis down) is retried for up to ``outage_s`` before it
-        is raised.
+        is raised. A ``timeout_s`` of ``math.inf`` waits as None does (it was an ``OverflowError``).
         """
         poll_ms = whole("poll_ms", poll_ms)
-        deadline = None if timeout_s is None else time.monotonic() + seconds("timeout_s", timeout_s)
+        limit_s = math.inf if timeout_s is None else seconds("timeout_s", timeout_s)
+        deadline = None if limit_s == math.inf else time.monotonic() + limit_s  # inf: an OverflowError
         collected: list[ResultEntry] = []
         cursor = "0-0"
         while True:

@@ -2,12 +2,15 @@
 before any request is sent (``service/client/args.py``): ``schedule(None)`` was ``AttributeError:
 'NoneType' object has no attribute 'get'`` from inside the client, ``report_actuals(one_report)`` a
 ``ValueError`` of ``dict()``, ``report_results(step, progress)`` an ``AttributeError`` of
-``.progress``, and ``progress(None)`` a ``ValueError`` quoting ``'None'`` as if it were an id.
+``.progress``, and ``progress(None)`` a ``ValueError`` quoting ``'None'`` as if it were an id. A
+number of seconds no timer can run out on (a NaN; the client's infinite ``timeout_s``) is a
+``ValueError`` naming it, before anything is sent too (review66).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any
@@ -136,3 +139,37 @@ def test_numpy_counts_are_counts(client: SchedulerClient, sent: list[httpx.Reque
     with pytest.raises(SchedulerAPIError):
         client.results("s1", count=np.int64(5), wait_ms=np.int32(0), outage_s=np.float64(0))  # type: ignore[arg-type]
     assert sent[0].url.params["count"] == "5"
+
+
+@pytest.mark.parametrize("given", [math.inf, math.nan, 0, -1.0])
+def test_the_client_s_timeout_is_a_finite_number_of_seconds_above_0(given: float) -> None:
+    """Each ``schedule`` sends it in milliseconds as its deadline: an infinite one was taken here and
+    every ``schedule`` raised ``OverflowError`` (a NaN ``ValueError``) converting it to an integer."""
+    with pytest.raises(ValueError, match=r"^timeout_s="):
+        SchedulerClient("http://scheduler:8000", timeout_s=given)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda c: c.wait("s1", timeout_s=math.nan), lambda c: c.progress("s1", outage_s=math.nan)],
+    ids=["wait(timeout_s=nan)", "progress(outage_s=nan)"],
+)
+def test_a_nan_of_seconds_is_refused_before_anything_is_sent(
+    client: SchedulerClient, sent: list[httpx.Request], call: Call
+) -> None:
+    """Every comparison with a NaN is false: a ``wait`` of one never ran out, nor an outage of one."""
+    with pytest.raises(ValueError, match="=nan: expected a number of seconds"):
+        call(client)
+    assert sent == []
+
+
+def test_an_infinite_wait_waits_as_none_does() -> None:
+    """``wait(timeout_s=math.inf)`` turned the time left into milliseconds: an ``OverflowError``."""
+
+    def finished(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/results"):
+            return httpx.Response(200, json={"schedule_id": "s1", "results": [], "next": "0-0"})
+        return httpx.Response(200, json=PROGRESS.model_dump(mode="json"))
+
+    with SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(finished)) as client:
+        assert client.wait("s1", timeout_s=math.inf) == NOTHING
