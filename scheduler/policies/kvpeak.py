@@ -42,7 +42,7 @@ class KvPeaks:
             term = prompts + count * unit.steps
             if term > self.peak[w]:
                 self.peak[w] = term
-        else:  # a group that passes the slots: its members past them start in the next wave
+        else:  # a group: its members within the slots (all, unless it passes them) make the peak
             self.peak[w] = self.peak_after(w, unit, self.slots[w])
         self.count[w], self.prompt_sum[w] = count, prompts
 

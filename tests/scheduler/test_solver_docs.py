@@ -1,8 +1,8 @@
 """docs/solver.md's figures for the bench's batches are what today's planner gives on the planning clock.
 
 Why: the page said the realised plan of 4,096 x 32 seed 0 ends at 447.5 s against the band model's
-438.0 s, a figure of 2026-12-02 that no round of today's cpsat reproduces (444.1 s, round 1 445.4 s),
-and that limit (d) lies 30-35% above (c) on such batches (32-44% today; helper audit61a). Figures
+438.0 s, a figure of 2026-12-02 that no round of cpsat then reproduced (444.1 s, round 1 445.4 s),
+and that limit (d) lies 30-35% above (c) on such batches (32-44% then; helper audit61a). Figures
 the page gives are checked here where a second or two recomputes them."""
 
 from __future__ import annotations
