@@ -85,3 +85,31 @@ def test_a_background_read_older_than_an_answer_since_is_never_taken(monkeypatch
         return seen
 
     assert asyncio.run(claims()) == [None, None, ["a", "new"], None, None, ["newer"]]
+
+
+def test_a_claims_own_read_that_fails_leaves_the_background_read_to_be_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim with nothing known reads the inbox itself while a background read is under way; where
+    its read fails (raised: nothing to walk), the background read is the latest news still, and the
+    next claim that walks the known takes its answer rather than asking again ``RETRY_S`` later."""
+    monkeypatch.setattr(inbox, "RETRY_S", 0.0)
+    delivery, reads, walk = _Answers(), Inbox(), Reach(redis.Redis())
+    sent = cast(Delivery, delivery)
+    asked, release = threading.Event(), threading.Event()
+    delivery.answers = [_unserved, _held(asked, release, ["a", "b"]), _unserved]
+
+    async def claims() -> list[list[str] | None]:
+        seen = [await reads.read(sent, "w", walk, KNOWN)]  # fails: the known walked
+        seen.append(await reads.read(sent, "w", walk, KNOWN))  # the background read sent, held
+        await asyncio.to_thread(asked.wait, 10)
+        with pytest.raises(TryAgainError):
+            await reads.read(sent, "w", walk, {})  # nothing known: read here, and it fails
+        release.set()
+        await _settled(reads)
+        seen.append(await reads.read(sent, "w", walk, KNOWN))
+        return seen
+
+    assert asyncio.run(claims()) == [None, None, ["a", "b"]]
+    assert reads.failing is None
+    assert delivery.answers == []  # nothing asked again
