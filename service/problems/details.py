@@ -117,12 +117,15 @@ def named(field: str, value: object) -> str:
     and pydantic's did not: ``batch.items[0].n: Input should be greater than or equal to 1`` left a
     client to find which of its values that was in ``value`` (user65). A text is quoted as Python
     writes it (as the core's are), ``true``/``false``/``null`` as the JSON sent them, and a long one
-    by its start and its size (``shortened``), so the detail never sends a huge input back."""
+    by its start, quoted too, and its size (``shortened``), so the detail never sends a huge input
+    back. Its start unquoted, a newline in it split the client's error across lines, and a lone
+    surrogate (``\\udcff``, which JSON carries) made it a message ``print`` or a UTF-8 log file
+    cannot write (``UnicodeEncodeError``)."""
     if value is None or isinstance(value, bool):
         return f"{field}={json.dumps(value)}"
     if not isinstance(value, ECHOED):
         return field
-    short = shortened(value)
+    short = shortened(value, quoted=True)
     return f"{field}={value!r}" if short is None else f"{field}={short}"
 
 
@@ -164,10 +167,13 @@ def clipped(text: str) -> str:
     return shortened(text) or text
 
 
-def shortened(value: object) -> str | None:
-    """The cut form of an integer past ``ECHO_DIGITS`` digits or a text past ``MAX_ECHO``; else None."""
+def shortened(value: object, quoted: bool = False) -> str | None:
+    """The cut form of an integer past ``ECHO_DIGITS`` digits or a text past ``MAX_ECHO``; else None.
+    ``quoted``: a text's start as Python writes it (its control characters and surrogates escaped),
+    for a detail's ``field=value`` (``named``); a ``value`` member is JSON, which escapes them itself."""
     if isinstance(value, str) and len(value) > MAX_ECHO:
-        return f"{value[:ECHO_HEAD]}... ({len(value)} characters)"
+        head = value[:ECHO_HEAD]
+        return f"{repr(head) if quoted else head}... ({len(value)} characters)"
     if not isinstance(value, int) or isinstance(value, bool) or -(10**ECHO_DIGITS) < value < 10**ECHO_DIGITS:
         return None
     sign = "-" if value < 0 else ""

@@ -8,6 +8,7 @@ sent. A field not sent, an unknown one and a refused map key name no value (the 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -74,9 +75,24 @@ def test_a_long_value_is_named_by_its_start_and_its_size(client: TestClient) -> 
     body = batch_body()
     body["batch"]["items"][2]["prompt_id"] = text
     response = client.post("/schedule", json=body)
-    lead = f"batch.items[2].prompt_id={'q' * ECHO_HEAD}... ({len(text)} characters): "
+    lead = f"batch.items[2].prompt_id='{'q' * ECHO_HEAD}'... ({len(text)} characters): "
     assert response.json()["detail"].startswith(lead), response.json()["detail"]
     assert "r" * 100 not in response.text
+
+
+def test_a_long_text_s_start_is_quoted_as_a_short_one_is(client: TestClient) -> None:
+    """A prompt whose lone surrogate the service refuses (``\\ud800``: JSON carries it, UTF-8 does
+    not), a newline before it: named unquoted, the start split the client's error across lines, and
+    the surrogate made it a message ``print`` or a UTF-8 log file could not write (review66)."""
+    text = "line one\n\ud800" + "q" * 1_000
+    body = batch_body()
+    body["batch"]["items"][0]["prompt"] = text
+    sent = json.dumps(body)  # escaped: httpx's own encoding refuses the surrogate
+    problem = client.post("/schedule", content=sent, headers={"Content-Type": "application/json"}).json()
+    start = repr(text[:ECHO_HEAD])
+    assert problem["detail"].startswith(f"batch.items[0].prompt={start}... ({len(text)} characters): ")
+    assert "\n" not in problem["detail"]
+    problem["detail"].encode("utf-8")  # a lone surrogate: UnicodeEncodeError
 
 
 @pytest.mark.parametrize(
