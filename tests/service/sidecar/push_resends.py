@@ -1,8 +1,9 @@
 """A push session's completion kept for a resend, staged for the tests of when it is given up: a real
 ``Delivery`` whose completions fail on demand (heartbeats still answered), a session that claimed
-short leases, and the same on a clock the test moves, its one completion refused by a replica. The
-resend-bound, resend-bound-clock and cluster-transient tests share them, so a change to how a kept
-completion is staged reaches them all, rather than through one test module's private names."""
+short leases, and one on a clock the test moves (``kept_on_a_hand_clock``: a completion refused by a
+replica, or an outage's, is kept on it). The resend-bound, resend-bound-clock and cluster-transient
+tests share them, so a change to how a kept completion is staged reaches them all, rather than
+through one test module's private names."""
 
 from __future__ import annotations
 
