@@ -67,10 +67,12 @@ class ActualReport(Strict):
     def _within_cap(cls, cap: int | None, info: ValidationInfo) -> int | None:
         """An engine never generates past its cap: such a row is misreported, and it would teach the
         predictor lengths no sample can have. A field validator (``output_tokens`` is checked before
-        it), so the 422 names the report's field and value rather than the whole report."""
+        it), so the 422 names the report's field and value rather than the whole report; its words name
+        the other count alone, as the detail leads with the cap (``max_new_tokens=5: must be >=
+        output_tokens=9``; it read ``max_new_tokens=5: output_tokens 9 exceeds max_new_tokens 5``)."""
         output = info.data.get("output_tokens")
         if cap is not None and output is not None and output > cap:
-            raise ValueError(f"output_tokens {output} exceeds max_new_tokens {cap}")
+            raise ValueError(f"must be >= output_tokens={output}: an engine never generates past its cap")
         return cap
 
 

@@ -86,7 +86,8 @@ def test_an_output_longer_than_its_cap_is_refused(client: TestClient, redis_clie
     report["output_tokens"] = report["max_new_tokens"] + 1
     response = client.post("/actuals", json={"actuals": [report]})
     assert response.status_code == 422
-    assert "exceeds max_new_tokens" in response.json()["detail"]
+    cap = report["max_new_tokens"]
+    assert response.json()["detail"].startswith(f"actuals[0].max_new_tokens={cap}: must be >= output_tokens=")
     problem = response.json()  # names the report's field at fault and its value, not the whole report
     assert (problem["field"], problem["value"]) == ("actuals[0].max_new_tokens", report["max_new_tokens"])
     assert redis_client.exists("rs:actuals") == 0

@@ -86,7 +86,7 @@ def test_what_is_no_integer_is_a_422_naming_the_field(
 
 def test_a_fraction_is_refused_in_words_that_say_so(client: TestClient) -> None:
     response = _post(client, _with("step", "1.5"))
-    assert response.json()["detail"] == "actuals[0].step=1.5: expected an integer, got 1.5"
+    assert response.json()["detail"] == "actuals[0].step=1.5: expected an integer"
 
 
 def test_a_schedule_takes_an_integral_step_and_token_counts(client: TestClient) -> None:

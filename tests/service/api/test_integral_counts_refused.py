@@ -59,4 +59,4 @@ def test_a_float_that_is_no_integer_is_refused_naming_the_number(
 ) -> None:
     status, body = _post(client, field, written)
     assert (status, body["field"]) == (422, f"actuals[0].{field}")
-    assert body["detail"] == f"actuals[0].{field}={shown}: expected an integer, got {shown}"
+    assert body["detail"] == f"actuals[0].{field}={shown}: expected an integer"  # the value once
