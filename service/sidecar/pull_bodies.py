@@ -133,4 +133,5 @@ class AboveCapError(ValueError):
     """A ``/done`` reports more output tokens than its item's ``max_new_tokens``: refused, lease kept."""
 
     def __init__(self, output_tokens: int, cap: int) -> None:
-        super().__init__(f"output_tokens={output_tokens} is above the item's max_new_tokens ({cap})")
+        self.output_tokens = output_tokens
+        super().__init__(f"output_tokens={output_tokens}: must be <= the item's max_new_tokens={cap}")

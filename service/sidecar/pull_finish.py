@@ -16,13 +16,15 @@ from typing import Any
 
 from service.sidecar.finish_reasons import FAILED, FINISHES, meaning
 
-_SHOWN = 40  # the longest reason quoted back (printable ASCII only: the answer must render)
-
 ACCEPTED = (
     "send 'stop' (it ended by itself), 'length' (cut at max_new_tokens) or 'abort' (cut from outside: "
     "no length to learn from); an engine's 'tool_calls', 'function_call' and 'repetition' are read as "
     "'stop', and SGLang's {'type': 'stop' | 'length' | 'abort', ...} as its type"
 )
+# Why a reason no engine here says is refused, without the reason itself: the 422 leads with it
+# (``finish_reason='eos': not a finish reason ...``, ``pull_problems``), a long one cut short; the
+# words quoted it too (``finish_reason: 'eos' is not ...``, user66)
+UNKNOWN = f"not a finish reason the service knows: {ACCEPTED}"
 
 
 def reported_finish(value: Any) -> Any:
@@ -37,11 +39,9 @@ def reported_finish(value: Any) -> Any:
     if not isinstance(value, str) or value in FINISHES or not _utf8(value):
         return value  # text UTF-8 cannot carry is refused by the field's own check, in its words
     if read == FAILED:
-        raise ValueError(
-            "'error' is a generation that failed, not one that finished: report it with POST /fail"
-        )
+        raise ValueError("a generation that failed, not one that finished: report it with POST /fail")
     if read is None:
-        raise ValueError(_unknown(value))
+        raise ValueError(UNKNOWN)
     return read
 
 
@@ -52,9 +52,3 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _unknown(value: str) -> str:
-    """Why a reason no engine here says is refused: quoted where it is short printable text."""
-    shown = repr(value) if len(value) <= _SHOWN and value.isascii() and value.isprintable() else "this reason"
-    return f"{shown} is not a finish reason the service knows: {ACCEPTED}"

@@ -1,14 +1,16 @@
 """How the sidecar's pull API answers an error: one table from exception type to status and body.
 
 Routes raise, never build an error response; every answer is ``{"error": ...}`` (a gone schedule's
-also says its ``outcome``), as documented in docs/sidecar.md, including the answers of the
-middlewares outside FastAPI's handlers (a body too large, a request the shutdown's drain gave up
-on) and Starlette's own (an unknown path, a wrong method, a body it cannot decode). The routes
-themselves are ``pull_api``'s.
+also says its ``outcome``; a refused body's its ``field``, ``value`` and ``errors`` as the service's
+problem does, its ``error`` the service's ``detail``), as documented in docs/sidecar.md, including
+the answers of the middlewares outside FastAPI's handlers (a body too large, a request the
+shutdown's drain gave up on) and Starlette's own (an unknown path, a wrong method, a body it cannot
+decode). The routes themselves are ``pull_api``'s.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +24,7 @@ from starlette.routing import BaseRoute, Match
 
 from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
 from service.hosts.names import refused_host
-from service.problems.details import clipped, own_words
+from service.problems.details import clipped, echo, validation_details
 from service.problems.table import (
     JSON_HINT,
     BodyEncodingError,
@@ -38,8 +40,8 @@ from service.sidecar.pull_drain import DrainCutError
 # Every error the pull API answers, in one place: exception type -> status and the body documented in
 # docs/sidecar.md (``{"error": ...}``; a gone schedule also says its ``outcome``). Routes raise, never
 # build an error response; ``problem`` answers with the entry of the exception's nearest class.
-PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]]] = {
-    AboveCapError: (422, lambda exc: {"error": str(exc)}),
+PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, Any]]]] = {
+    AboveCapError: (422, lambda exc: _above_cap(exc)),
     # a body in UTF-16 or UTF-32 (or no encoding at all), which FastAPI's decoder would have read
     BodyEncodingError: (400, lambda exc: {"error": f"body: {exc}"}),
     # a body past MAX_BODY_BYTES, declared or counted (``BodyLimitMiddleware``, ``too_large``)
@@ -48,8 +50,8 @@ PROBLEMS: dict[type[Exception], tuple[int, Callable[[Exception], dict[str, str]]
     MisdirectedHostError: (421, lambda exc: {"error": str(exc)}),
     # a body sent compressed (Content-Encoding), which nothing here decodes: refused unread
     ContentCodingError: (415, lambda exc: {"error": str(exc)}),
-    # a malformed body: FastAPI's own answer echoes the input, and one holding NaN cannot be rendered
-    RequestValidationError: (422, lambda exc: {"error": _invalid(exc)}),
+    # a malformed body or query: the service's 422 in this API's ``error`` (``_invalid``)
+    RequestValidationError: (422, lambda exc: _invalid(exc)),
     # a request still running when the shutdown's drain timeout ran out (``pull_drain``)
     DrainCutError: (503, lambda exc: {"error": str(exc)}),
     # Redis unreachable or failing: retry later, the lease is kept
@@ -106,22 +108,32 @@ def _unknown(exc: Exception) -> str:
     return str(UnknownScheduleError(clipped(getattr(exc, "schedule_id", ""))))
 
 
-def _invalid(exc: Exception) -> str:
-    """Every schema error of a refused body as ``field: message``, without the values (NaN among
-    them would make the answer itself unrenderable, a 500)."""
+def _invalid(exc: Exception) -> dict[str, Any]:
+    """A refused body or query as the service's 422 says it (``validation_details``): ``error`` its
+    ``detail`` (``output_tokens=5.5: expected an integer``, the first field at fault and its value,
+    ``(and N more)``), and ``field``, ``value`` and ``errors[]`` as its problem has them. It was
+    ``field: message`` for every error, ``; ``-joined, without the value, and a query's field named
+    ``query.wait_s``: a bad ``/done`` read unlike a bad ``/schedule`` (user66). No input is echoed
+    whole (NaN is named as text, a long value by its start and size, ``details.echo``)."""
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return "; ".join(_one_invalid(error) for error in errors)
+    detail, extra = validation_details(errors)
+    return {"error": detail, **extra}
 
 
-def _one_invalid(error: Any) -> str:
-    """``field: message``; a body that is not JSON at all is the body's fault, said with where the
-    parser stopped (its location is that offset, which named no field: ``1: JSON decode error``)."""
-    if error.get("type") == "json_invalid":
-        detail = (error.get("ctx") or {}).get("error", "")
-        return f"body: {error['msg']} at character {error['loc'][-1]}" + (f" ({detail})" if detail else "")
-    field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-    # an unknown field's name is the worker's: cut short; a validator's words without pydantic's label
-    return f"{clipped(field)}: {own_words(error['msg'])}"
+def _above_cap(exc: Exception) -> dict[str, Any]:
+    """A ``/done`` past its item's cap, led and located as a refused body field is (``_invalid``)."""
+    assert isinstance(exc, AboveCapError)
+    return {"error": str(exc), "field": "output_tokens", "value": echo(exc.output_tokens)}
+
+
+class _Answer(JSONResponse):
+    """An answer rendered as ASCII, NaN refused: a 422 names the input at fault, and text may hold a
+    lone UTF-16 surrogate (valid in JSON, not in UTF-8), on which the default rendering fails (500),
+    as the service's ``ProblemResponse`` renders its problems."""
+
+    def render(self, content: Any) -> bytes:
+        """Compact, ASCII-only JSON (non-ASCII text as ``\\uXXXX`` escapes)."""
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JSONResponse:
@@ -135,7 +147,7 @@ def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JS
     if isinstance(exc, StarletteHTTPException):
         answer["error"] = _http_error(request, exc, routes)
         return JSONResponse(answer, status_code=exc.status_code, headers=_allow(request, exc, routes))
-    return JSONResponse(answer, status_code=status, headers=_retry_after(exc))
+    return _Answer(answer, status_code=status, headers=_retry_after(exc))
 
 
 def _retry_after(exc: Exception) -> Mapping[str, str] | None:

@@ -145,9 +145,10 @@ def raw_reports(draw: st.DrawFn, lease: Lease) -> Refusal:
 
 @st.composite
 def bad_polls(draw: st.DrawFn) -> Refusal:
-    """``GET /next`` with a ``wait_s`` out of 0..30 or no number: 422 naming it, nothing claimed."""
+    """``GET /next`` with a ``wait_s`` out of 0..30 or no number: 422 naming it and its value (as the
+    service names a query field: ``wait_s='-1'``, no ``query.``), nothing claimed."""
     wait = draw(st.sampled_from(["-1", "30.5", "31", "nan", "inf", "-inf", "1e400", "x", "1,2", "0x1"]))
-    return Refusal("GET", f"/next?wait_s={wait}", 422, "query.wait_s")
+    return Refusal("GET", f"/next?wait_s={wait}", 422, "wait_s=")
 
 
 ROUTES = {"/next": "GET", "/done": "POST", "/fail": "POST", "/leases": "GET", "/reset": "POST"}

@@ -25,5 +25,5 @@ def test_an_output_past_the_bound_is_a_422_on_a_lease_of_no_known_item(
 
     status, error = with_api(redis_url, script)
     assert status == 422
-    assert error.startswith("output_tokens: ")
+    assert error.startswith(f"output_tokens={2**31}: ")
     assert delivery.read_results("bound") == []

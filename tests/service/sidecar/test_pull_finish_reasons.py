@@ -20,7 +20,8 @@ import redis
 from service.api.progress_schemas import ResultEntry
 from service.client.actuals import actual_from_result
 from service.delivery.records import ResultRecord
-from service.sidecar.pull_finish import ACCEPTED
+from service.problems.details import ECHO_HEAD
+from service.sidecar.pull_finish import UNKNOWN
 from tests.service.sidecar.pullclient import done_body, publish_one, session_of, with_api
 
 
@@ -60,7 +61,7 @@ def test_an_unknown_finish_is_refused_naming_the_field_and_the_lease_stays_held_
 
     assert with_api(redis_url, script, session=session) == [
         422,
-        f"finish_reason: {word!r} is not a finish reason the service knows: {ACCEPTED}",
+        f"finish_reason={word!r}: {UNKNOWN}",  # the reason once, in the lead (user66)
         1,
         {"outcome": "accepted"},
         {"outcome": "duplicate"},
@@ -88,8 +89,7 @@ def test_an_engines_error_is_refused_as_a_failure_and_its_fail_is_still_taken(
 
     assert with_api(redis_url, script) == [
         422,
-        "finish_reason: 'error' is a generation that failed, not one that finished: "
-        "report it with POST /fail",
+        "finish_reason='error': a generation that failed, not one that finished: report it with POST /fail",
         "requeued",
     ]
     assert delivery.read_results("error-finish") == []
@@ -166,12 +166,9 @@ def test_an_object_of_another_type_is_refused_and_an_unknown_finish_at_zero_toke
             await client.post("/done", json={**body, "finish_reason": "eos"}),
         ]
         held = len((await client.get("/leases")).json()["held"])
-        said = [(r.status_code, r.json()["error"]) for r in sent]
+        said = [(r.status_code, r.json()["field"], r.json()["error"]) for r in sent]
         return [
-            *(
-                (status, error.startswith("finish_reason: "), "output_tokens" in error)
-                for status, error in said
-            ),
+            *((status, field == "finish_reason", "output_tokens" in error) for status, field, error in said),
             held,
         ]
 
@@ -181,13 +178,13 @@ def test_an_object_of_another_type_is_refused_and_an_unknown_finish_at_zero_toke
 @pytest.mark.parametrize(
     ("word", "shown"),
     [
-        ("x" * 40, repr("x" * 40)),  # short enough to quote back
-        ("x" * 41, "this reason"),  # a worker's whole decoded text, not quoted into the answer
-        ("eos\n", "this reason"),  # not printable: the answer's one line stays one line
-        ("fin\u00e9", "this reason"),  # not ASCII
+        ("x" * 41, repr("x" * 41)),  # quoted whole, as the service's 422 names a text of 256 or fewer
+        ("x" * 300, f"{'x' * ECHO_HEAD}... (300 characters)"),  # a worker's whole decoded text: cut
+        ("eos\n", "'eos\\n'"),  # escaped as Python writes it: the answer's one line stays one line
+        ("fin\u00e9", "'fin\u00e9'"),  # as sent (the answer's JSON escapes it)
     ],
 )
-def test_an_unknown_finish_is_quoted_back_only_where_it_is_short_printable_ascii(
+def test_an_unknown_finish_is_named_once_as_the_service_names_a_value(
     redis_client: redis.Redis, redis_url: str, word: str, shown: str
 ) -> None:
     publish_one(redis_url, "quoted-finish")
@@ -196,9 +193,7 @@ def test_an_unknown_finish_is_quoted_back_only_where_it_is_short_printable_ascii
         body = done_body((await client.get("/next")).json(), 7)
         return (await client.post("/done", json={**body, "finish_reason": word})).json()["error"]
 
-    assert with_api(redis_url, script) == (
-        f"finish_reason: {shown} is not a finish reason the service knows: {ACCEPTED}"
-    )
+    assert with_api(redis_url, script) == f"finish_reason={shown}: {UNKNOWN}"
 
 
 def test_a_finish_with_a_lone_surrogate_is_refused_as_text_not_as_an_unknown_reason(
@@ -214,5 +209,5 @@ def test_a_finish_with_a_lone_surrogate_is_refused_as_text_not_as_an_unknown_rea
         return (await client.post("/done", content=sent, headers=as_json)).json()["error"]
 
     assert with_api(redis_url, script) == (
-        "finish_reason: a lone UTF-16 surrogate at character 4 is not text"
+        "finish_reason='stop\\ud800': a lone UTF-16 surrogate at character 4 is not text"
     )
