@@ -133,6 +133,7 @@ class SchedulerClient:
         ``timeout_s``), so the service caps the plan's budget to answer within it, and refuses (504,
         retried as above) a plan it cannot publish by then rather than publish one nobody reads."""
         body = body_of("request", request, ScheduleRequest)  # a TypeError, before anything is sent
+        seconds("outage_s", outage_s)  # a body without an id is sent once: a text passed unseen (user66)
         waits = {DEADLINE_HEADER: str(max(0, int(self._timeout_s * 1000)))}
         send = functools.partial(self._call, ScheduleResponse, "POST", "/schedule", json=body, headers=waits)
         return self._outlasting(send, None, outage_s) if body.get("schedule_id") else send()

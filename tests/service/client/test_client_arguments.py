@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -72,10 +74,16 @@ WRONG: dict[str, tuple[Call, str]] = {
         lambda c: c.wait("s1", timeout_s="60"),
         "timeout_s: expected a number of seconds, got str",
     ),
+    "schedule(outage_s='60')": (  # a body without its schedule_id is sent once: it was never checked
+        lambda c: c.schedule(batch_body(), outage_s="60"),
+        "outage_s: expected a number of seconds, got str",
+    ),
     "progress(outage_s='60')": (
         lambda c: c.progress("s1", outage_s="60"),
         "outage_s: expected a number of seconds",
     ),
+    "results(after=0)": (lambda c: c.results("s1", after=0), "after: expected a str, got int"),
+    "wait(poll_ms=True)": (lambda c: c.wait("s1", poll_ms=True), "poll_ms: expected an int, got bool"),
     "report_actuals(one report)": (
         lambda c: c.report_actuals(actual_report(1, 2, 3)),
         "reports: expected a sequence of ActualReport or mappings, got dict",
@@ -173,3 +181,26 @@ def test_an_infinite_wait_waits_as_none_does() -> None:
 
     with SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(finished)) as client:
         assert client.wait("s1", timeout_s=math.inf) == NOTHING
+
+
+CLIENT_DOC = Path(__file__).resolve().parents[3] / "docs" / "client.md"
+_BUILT = {
+    "token: expected a str, got int",
+    "timeout_s: expected a number of seconds, got str",
+}  # the next test's
+
+
+def test_each_type_error_docs_client_md_lists_is_one_the_client_raises(
+    client: SchedulerClient, sent: list[httpx.Request]
+) -> None:
+    """docs/client.md's "Arguments it refuses" quotes each ``TypeError``: a reworded one left there
+    would send a reader's ``except``/log search after words the client no longer says (user66)."""
+    section = CLIENT_DOC.read_text().split("**Arguments it refuses.**")[1].split("\n\n", 2)[1]
+    quoted = set(re.findall(r"`([a-z_]+(?:\[\d+\])?: expected [^`]+)`", section))
+    raised = set(_BUILT)
+    for call, _ in WRONG.values():
+        with pytest.raises(TypeError) as refused:
+            call(client)
+        raised.add(str(refused.value))
+    assert len(quoted) >= 12
+    assert quoted <= raised, sorted(quoted - raised)
