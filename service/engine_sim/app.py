@@ -34,6 +34,7 @@ from service.engine_sim.answers import chat_logprobs, completion_logprobs, fille
 from service.engine_sim.batch import Generation, PromptTooLongError, SimulatedEngine
 from service.engine_sim.lengths import LengthSource, RolloutHint, estimate_prompt_tokens
 from service.engines import SERVICE_ENGINE
+from service.problems.details import validation_details
 
 T = TypeVar("T")
 
@@ -369,6 +370,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error(400, f"{where}: {first.get('msg')}", "BadRequestError")
+        # in vLLM's shape, which the sidecar reads, with the service's words: the field and the value
+        # sent lead (``max_tokens=0: Input should be greater than or equal to 1``), the field in
+        # ``param`` as vLLM names it; it read ``max_tokens: ...``, ``param`` null (user66)
+        detail, extra = validation_details(exc.errors())
+        return error(400, detail, "BadRequestError", extra.get("field"))

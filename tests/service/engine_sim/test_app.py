@@ -245,3 +245,34 @@ def test_sim_stats_answers_the_counters_docs_engine_sim_md_lists() -> None:
     row = next(line for line in page.splitlines() if line.startswith("| `GET /sim/stats`"))
     listed = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
     assert set(asyncio.run(_call("GET", "/sim/stats")).json()) == listed
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "param"),
+    [
+        (
+            {"prompt": "x", "max_tokens": 0},
+            "max_tokens=0: Input should be greater than or equal to 1",
+            "max_tokens",
+        ),
+        (
+            {"prompt": "x", "max_tokens": "many"},
+            "max_tokens='many': Input should be a valid integer",
+            "max_tokens",
+        ),
+        ({"max_tokens": 5}, "prompt: Field required", "prompt"),
+    ],
+)
+def test_a_malformed_request_is_refused_in_vllms_shape_led_by_the_field_and_its_value(
+    body: dict[str, Any], message: str, param: str
+) -> None:
+    """The stand-in answers as vLLM (the sidecar reads that shape), in the service's words: the field
+    and the value sent lead the message, once, and ``param`` names the field (it was null) (user66)."""
+    response = _post("/v1/completions", body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["message"].split(", unable")[0], error["param"], error["type"]) == (
+        message,
+        param,
+        "BadRequestError",
+    )
