@@ -6,9 +6,10 @@ plan it gets back) is in ``service.api.schemas``. docs/api.md documents every fi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, WithJsonSchema
 
 # The longest ``wait_ms`` of ``GET /schedule/{id}/results`` (a longer one is a 422): the route's bound,
 # and the longest long poll ``SchedulerClient.wait`` sends, whatever its ``poll_ms``.
@@ -19,6 +20,24 @@ RESULTS_MAX_WAIT_MS = 30_000
 # was tens of MB to read from Redis, render and send (docs/experiments.md, "Delivery protocol review").
 RESULTS_PAGE_BYTES = 8 * 1024 * 1024
 RESULTS_MAX_BYTES = 64 * 1024 * 1024
+STREAM_ID_PATTERN = r"^[0-9]{1,20}-[0-9]{1,20}$"  # a Redis stream id: ``<ms>-<seq>``, ASCII digits
+
+
+def stream_id(text: str) -> str:
+    """``text`` if it is a stream id (``STREAM_ID_PATTERN``), else a ``ValueError`` in words: the
+    pattern's own refusal, ``after='0': String should match pattern '^[0-9]{1,20}-[0-9]{1,20}$'``,
+    left a trainer sending ``after=0`` to read a regular expression for what ``0-0`` is (user66)."""
+    if re.fullmatch(STREAM_ID_PATTERN, text) is None:
+        raise ValueError(
+            "expected a stream id, <ms>-<seq> in digits, as a page's next gives it (0-0: the first)"
+        )
+    return text
+
+
+# ``after`` of ``GET /schedule/{id}/results``: checked in words (``stream_id``), documented by its pattern
+StreamId = Annotated[
+    str, AfterValidator(stream_id), WithJsonSchema({"type": "string", "pattern": STREAM_ID_PATTERN})
+]
 
 
 class Counts(BaseModel):

@@ -34,6 +34,7 @@ from service.api.progress_schemas import (
     ProgressResponse,
     ResultEntry,
     ResultsPage,
+    StreamId,
     WorkerCounts,
 )
 from service.api.schemas import (
@@ -278,7 +279,7 @@ def cancel_schedule(
 async def schedule_results(
     schedule_id: Annotated[ScheduleId, Path()],
     request: Request,
-    after: Annotated[str, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$")] = "0-0",
+    after: Annotated[StreamId, Query()] = "0-0",
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     wait_ms: Annotated[int, Query(ge=0, le=RESULTS_MAX_WAIT_MS)] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=RESULTS_MAX_BYTES)] = RESULTS_PAGE_BYTES,

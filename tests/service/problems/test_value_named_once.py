@@ -77,3 +77,16 @@ def test_a_trace_cell_is_named_once_by_the_trace_error_s_own_lead() -> None:
     with pytest.raises(TraceFormatError) as refused:
         parse_row(cells, "t.csv", 2)
     assert str(refused.value) == "t.csv:2:step='1.5': expected an integer"
+
+
+def test_a_bad_after_is_refused_in_words_not_a_pattern(client: TestClient) -> None:
+    """``after=0`` (a trainer's guess at the first page) read ``String should match pattern
+    '^[0-9]{1,20}-[0-9]{1,20}$'``: tried against a served service, the one documented refusal whose
+    words did not say what to send (user66); the OpenAPI document keeps the pattern."""
+    problem = client.get("/schedule/s1/results", params={"after": "0"}).json()
+    assert problem["detail"] == (
+        "after='0': expected a stream id, <ms>-<seq> in digits, as a page's next gives it (0-0: the first)"
+    )
+    parameters = client.get("/openapi.json").json()["paths"]["/schedule/{schedule_id}/results"]["get"]
+    after = next(p for p in parameters["parameters"] if p["name"] == "after")
+    assert after["schema"]["pattern"] == "^[0-9]{1,20}-[0-9]{1,20}$"
