@@ -191,7 +191,7 @@ class BatchItem(Strict):
 
     prompt_id: Name  # stable across epochs: the predictor's key into history
     prompt_tokens: Tokens  # prompt length in tokens
-    n: int = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt
+    n: Whole = Field(default=1, ge=1, le=4096)  # samples to draw from this prompt (``2.0`` is 2)
     max_new_tokens: Tokens  # generation cap per sample
     features: ItemFeatures = Field(default_factory=dict)  # extra predictor features
     prompt: Text | None = None  # text the sidecar sends to /v1/completions

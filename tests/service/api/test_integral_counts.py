@@ -105,3 +105,19 @@ def test_a_schedule_refuses_a_step_that_is_no_integer(text: str, client: TestCli
     response = _post(client, body, "/schedule")
     assert response.status_code == 422
     assert response.json()["field"] == "step"
+
+
+def test_an_item_s_samples_written_2_0_are_2_as_every_other_count(client: TestClient) -> None:
+    """``n`` was the one count of a body that refused ``2.0`` (``Input should be a valid integer``)
+    while the step and the token counts beside it took it (user66 noticed): one rule for every count."""
+    text = json.dumps(batch_body(prompts=2, n=2, workers=1)).replace('"n": 2,', '"n": 2.0,')
+    response = _post(client, text, "/schedule")
+    assert response.status_code == 200, response.json()
+    assert sum(len(queue) for queue in response.json()["assignments"].values()) == 4
+
+
+def test_an_item_s_samples_with_a_fraction_are_refused_naming_them(client: TestClient) -> None:
+    text = json.dumps(batch_body(prompts=2, n=2, workers=1)).replace('"n": 2,', '"n": 2.5,', 1)
+    response = _post(client, text, "/schedule")
+    assert response.status_code == 422
+    assert response.json()["detail"] == "batch.items[0].n=2.5: expected an integer"
