@@ -40,7 +40,9 @@ def engine_sim(
             min=0, max=65535, help="TCP port to listen on; 0: one the kernel picks (see the banner)."
         ),
     ],
-    device: Annotated[str, typer.Option(help="Accelerator kind to simulate: H100, H200, A100, 910B.")],
+    device: Annotated[
+        str, typer.Option(help="Accelerator kind to simulate: H100, H200, A100, Ascend910B (or 910B).")
+    ],
     model: Annotated[str, typer.Option(help="Model preset: 1.5b, 7b, 14b, 32b.")] = "7b",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     num_gpus: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
