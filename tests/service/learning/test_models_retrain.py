@@ -371,12 +371,26 @@ def test_a_hot_reload_that_listed_the_store_before_a_retrain_saved_does_not_roll
         return found
 
     monkeypatch.setattr(type(models.store), "versions", paused_listing)
+    swap_lock, asked = models._swap_lock, threading.Event()
+
+    class AskedFor:  # the swap lock, saying when the retrain asks for it (fitted: to save and swap)
+        def __enter__(self) -> None:
+            if threading.current_thread().name == "retrain":
+                asked.set()
+            swap_lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            swap_lock.release()
+
+    monkeypatch.setattr(models, "_swap_lock", AskedFor())
     reload = threading.Thread(target=models._reload, name="reload")
     reload.start()
     assert listed.wait(10)
-    retrain = threading.Thread(target=models.retrain)
+    retrain = threading.Thread(target=models.retrain, name="retrain")
     retrain.start()
-    retrain.join(5)  # a retrain that waits for the reload in hand is as good: the order is the point
+    deadline = time.monotonic() + 60  # saved, or waiting for the reload in hand: the order is the point
+    while retrain.is_alive() and not asked.wait(0.01):  # (was a 5 s join, out to its end where it waited)
+        assert time.monotonic() < deadline, "the retrain neither ended nor asked for the swap lock"
     resume.set()
     reload.join(10)
     retrain.join(60)
