@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from scheduler.policies.problem import Problem, Unit
 
-PEAK_MARGIN = 0.01  # keep the all-at-once KV peak this far under capacity (vLLM's watermark)
+PEAK_MARGIN = 0.0  # share of the cache the all-at-once KV peak keeps free: none, since the peak is
+# the engine's own preemption test (a step needs ``C + b <= capacity``; the simulator and the finish
+# model preempt only past the whole cache). vLLM's 1% watermark is not a peak margin: it gates the
+# admission of a waiting prompt (V0's ``can_allocate``; V1's optional one in ``allocate_slots``, 0 by
+# default, for waiting or preempted requests only), which the finish model and the simulator apply
+# there (``admission.WATERMARK``), while running sequences grow into the whole cache. At 0.01 the
+# planner kept room the simulator never needs (frozen clock 4,096 x 32 seeds 0-4, cpsat/bound 1.0222
+# -> 1.0204; docs/experiments.md, margin66). vLLM's 16-token blocks waste under 16 tokens a running
+# sequence; the simulator does not round, and were it to, the peak should count ``count * (block -
+# 1)`` here, not a flat share.
 
 
 class KvPeaks:
