@@ -229,6 +229,11 @@ def _written() -> str:
     return written_lines("\n".join([*python, *lua]), python)
 
 
+# client.md's table of the client's TypeErrors (``token: expected a str, got int``): each is built
+# from the argument's name, what it takes and the type it got (``service.client.args.refused``), so no
+# literal run of it is in the code; test_client_arguments raises each one the table quotes instead
+_ARGUMENT_REFUSED = re.compile(r"^[a-z_]+: expected .+, got \w+$")
+
 # a doc's quotes of the lines an operator greps for, and how many it quotes at least (so a quote
 # reworded out of the reader's sight, in a span the check no longer reads, is seen)
 _QUOTING = {"operations.md": 16, "sidecar.md": 15, "api.md": 4, "client.md": 1, "delivery.md": 4}
@@ -241,7 +246,9 @@ def test_every_log_line_a_doc_quotes_is_one_the_code_writes(doc: str) -> None:
     each literal run of one (around the ids and counts filled in) is in the code that logs or answers
     it."""
     lines = _written()
-    messages = quoted_messages((ROOT / "docs" / doc).read_text())
+    messages = [
+        m for m in quoted_messages((ROOT / "docs" / doc).read_text()) if not _ARGUMENT_REFUSED.match(m)
+    ]
     assert len(messages) >= _QUOTING[doc]
     assert [(m, run) for m in messages for run in fragments(m) if run not in lines] == []
 

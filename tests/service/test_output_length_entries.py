@@ -59,8 +59,8 @@ def test_the_sidecars_done_refuses_it_where_it_says_a_length_and_keeps_the_lease
         return [*((r.status_code, r.json()["error"]) for r in refused), held, aborted.json()]
 
     assert with_api(redis_url, script) == [
-        (422, f"output_tokens: {WORDS}"),
-        (422, f"output_tokens: {WORDS}"),
+        (422, f"output_tokens=0: {WORDS}"),
+        (422, f"output_tokens=0: {WORDS}"),
         1,
         {"outcome": "accepted"},
     ]

@@ -179,7 +179,7 @@ def test_an_object_of_another_type_is_refused_and_an_unknown_finish_at_zero_toke
     ("word", "shown"),
     [
         ("x" * 41, repr("x" * 41)),  # quoted whole, as the service's 422 names a text of 256 or fewer
-        ("x" * 300, f"{'x' * ECHO_HEAD}... (300 characters)"),  # a worker's whole decoded text: cut
+        ("x" * 300, f"{'x' * ECHO_HEAD!r}... (300 characters)"),  # a whole decoded text: cut, start quoted
         ("eos\n", "'eos\\n'"),  # escaped as Python writes it: the answer's one line stays one line
         ("fin\u00e9", "'fin\u00e9'"),  # as sent (the answer's JSON escapes it)
     ],
