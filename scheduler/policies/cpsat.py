@@ -80,6 +80,7 @@ from scheduler.policies.exchange import improve
 from scheduler.policies.lpt import Settled, bar_plans, opening, placed_from, settled
 from scheduler.policies.ordering import refine_critical
 from scheduler.policies.plan_draws import SAMPLES, priced
+from scheduler.policies.plateau import lower
 from scheduler.policies.problem import Problem
 from scheduler.policies.robust import Baseline, Spread, baseline, judged
 from scheduler.policies.robust_fast import FASTEST, JUDGED, UNJUDGED, at_once_judged
@@ -189,6 +190,13 @@ class CpSatPolicy:
         if search_end - clock.now() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
+        lowered = (
+            lower(problem, best.queues, best.finish_s, reserve, search_end - lpt_phase)
+            if spread is None
+            else None
+        )
+        if lowered is not None:  # the plateau lowered by plays (``plateau``), in what time is left
+            best = Placement(lowered[0], _found(best.status), finish_s=lowered[1])
         return _robust(problem, request, best, lpt_plan, deadline, base)
 
     def _copied(

@@ -1,0 +1,146 @@
+"""Lowering the plateau: single-unit moves and swaps off the latest worker, each judged by plays.
+
+Why. After cpsat's rounds at 4,096 x 32 the H100s and the upper 910Bs end on one plateau (27
+workers within 0.5% on seed 0) while the cache-bound tail 910Bs end 3-15% early. The exact repair
+(``exchange``) never runs there: it needs the slowest worker to trail the runner-up by 0.5%, and a
+CP-SAT split of a few workers on the fluid load model lowers no plateau (with its gain limit off, 60
+moves of 8-15 partners kept none on seed 0: docs/experiments.md, plateau66). What lowers it is a
+chain, each step small: the latest worker gives one unit, or swaps one for a shorter one, to a worker
+that ends earlier, and the move is kept only where both workers' ``best_order`` plays end before the
+latest worker did. Repeated on whichever worker is latest, the whole plateau comes down: 1.0247 ->
+1.0215 on seed 0 within a few dozen plays.
+
+Cost. Each try is one or two plays: 0.1-0.2 ms on a worker whose queue runs at once, 2-6 ms on a
+cache-bound one. The pass stops after ``MAX_PLAYS`` plays (what an idle host's plan has left of the
+4,096 x 32 budget) or at its deadline, whichever comes first, so a frozen-clock replay runs it as far
+as an idle host would. Where caches differ, a worker of the smallest cache is offered only units no
+longer than its own longest: a longer one makes it cache-bound at once, and those tries were most of
+the plays and never kept. Units of several trajectories (prefix affinity) are left alone: the pass
+returns None, the plan as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler import clock
+from scheduler.policies.ordering import best_order
+from scheduler.policies.problem import Problem
+
+MAX_PLAYS = 32  # plays per pass at most (seed 0 at 4,096 x 32: 26 plays took the plateau from 1.0247
+# to 1.0216; plateau66)
+TRIES = 3  # candidate moves (or swaps) tried per (latest, receiver) pair
+FIT = 0.9  # a candidate's share of the receiver's finish must fit this fraction of the gap
+
+
+class _Pass:
+    """One pass's queues, finishes and play count (``lower``)."""
+
+    def __init__(
+        self, problem: Problem, queues: Sequence[tuple[int, ...]], finishes: Sequence[float], reserve: bool
+    ) -> None:
+        self.problem, self.reserve = problem, reserve
+        self.queues = [list(q) for q in queues]
+        self.finish = list(finishes)
+        self.plays = 0
+        caches = {problem.costs[w].kv_capacity_tokens for w in problem.active}
+        self.edge = {  # the smallest cache's longest, where caches differ (module doc)
+            w: max((problem.steps[i] for i in queues[w]), default=0)
+            for w in problem.active
+            if len(caches) > 1 and problem.costs[w].kv_capacity_tokens == min(caches)
+        }
+
+    def play(self, w: int, items: list[int]) -> tuple[list[int], float]:
+        """``items`` in ``w``'s best order, and its finish (one play, counted)."""
+        self.plays += 1
+        return best_order(self.problem, items, self.problem.costs[w], self.reserve)
+
+    def offered(self, worst: int, r: int, swap: bool) -> list[tuple[int, int | None]]:
+        """Up to ``TRIES`` moves of ``worst``'s items to ``r`` (longest first), or swaps for a shorter
+        item of ``r``'s (closest in length first), each within ``FIT`` of the gap by load share."""
+        problem, queue = self.problem, self.queues[r]
+        total = sum(problem.units[i].kv_steps for i in queue)
+        share = self.finish[r] / total if total > 0 else 0.0
+        room = FIT * (self.finish[worst] - self.finish[r])
+        edge = self.edge.get(r)
+        mine = [
+            i
+            for i in self.queues[worst]
+            if r in problem.units[i].allowed and (edge is None or problem.steps[i] <= edge)
+        ]
+        mine.sort(key=lambda i: problem.steps[i] if swap else -problem.steps[i])
+        tries: list[tuple[int, int | None]] = []
+        for i in mine:
+            if not swap:
+                if share * problem.units[i].kv_steps < room:
+                    tries.append((i, None))
+            else:
+                tries += self._swaps(worst, r, i, share, room)
+            if len(tries) >= TRIES:
+                break
+        return tries[:TRIES]
+
+    def _swaps(self, worst: int, r: int, i: int, share: float, room: float) -> list[tuple[int, int | None]]:
+        """Swaps of ``worst``'s item ``i`` for a shorter one of ``r``'s, closest in length first."""
+        problem = self.problem
+        theirs = [
+            j
+            for j in self.queues[r]
+            if problem.steps[j] < problem.steps[i] and worst in problem.units[j].allowed
+        ]
+        theirs.sort(key=lambda j: -problem.steps[j])
+        kv_i = problem.units[i].kv_steps
+        swaps: list[tuple[int, int | None]] = [
+            (i, j) for j in theirs if share * (kv_i - problem.units[j].kv_steps) < room
+        ]
+        return swaps[:TRIES]
+
+    def step(self, deadline: float) -> bool:
+        """One kept move or swap off the latest worker; False when none is kept, or out of plays or time."""
+        active = self.problem.active
+        worst = max(active, key=lambda w: (self.finish[w], -w))
+        late = self.finish[worst]
+        receivers = sorted((w for w in active if self.finish[w] < late), key=lambda w: (self.finish[w], w))
+        for swap in (False, True):
+            for r in receivers:
+                if clock.now() >= deadline:  # before the receiver's offers too: at 32,768 x 256 the
+                    return False  # offers of 255 receivers, checked only before a play, overran it
+                for i, j in self.offered(worst, r, swap):
+                    if self.plays + 2 > MAX_PLAYS or clock.now() >= deadline:
+                        return False
+                    if self._tried(worst, r, i, j, late):
+                        return True
+        return False
+
+    def _tried(self, worst: int, r: int, i: int, j: int | None, late: float) -> bool:
+        """Play the move (or swap) of ``i`` (for ``j``) from ``worst`` to ``r``; keep it where both end
+        before ``late``."""
+        order_r, finish_r = self.play(r, [q for q in self.queues[r] if q != j] + [i])
+        if finish_r >= late:
+            return False
+        back = [j] if j is not None else []
+        order_w, finish_w = self.play(worst, [q for q in self.queues[worst] if q != i] + back)
+        if finish_w >= late:
+            return False
+        self.queues[r], self.finish[r] = order_r, finish_r
+        self.queues[worst], self.finish[worst] = order_w, finish_w
+        return True
+
+
+def lower(
+    problem: Problem,
+    queues: Sequence[tuple[int, ...]],
+    finishes: Sequence[float],
+    reserve: bool,
+    deadline: float,
+) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
+    """``queues`` with the plateau lowered by kept moves (module doc), or None where none was kept."""
+    if any(unit.members != (k,) for k, unit in enumerate(problem.units)) or len(problem.active) < 2:
+        return None
+    state = _Pass(problem, queues, finishes, reserve)
+    kept = 0
+    while state.step(deadline):
+        kept += 1
+    if not kept:
+        return None
+    return tuple(tuple(q) for q in state.queues), tuple(state.finish)

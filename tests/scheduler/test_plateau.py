@@ -1,0 +1,73 @@
+"""The plateau pass: moves and swaps off the latest worker, kept only where plays say both end sooner."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from scheduler.devices import device_profile, model_preset
+from scheduler.policies import plateau
+from scheduler.policies.plateau import lower
+from scheduler.policies.problem import Problem, build_problem
+from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
+
+
+def _request(prefix_affinity: bool = False) -> PlanRequest:
+    workers = tuple(Worker(f"w{i}", device_profile("H100"), max_num_seqs=64) for i in range(4))
+    units = [Trajectory(f"p{i // 2}", i % 2, 100, 8_000, 2_000.0) for i in range(120)]
+    return PlanRequest(tuple(units), Inventory(workers, model_preset("7b")), prefix_affinity=prefix_affinity)
+
+
+def _crowded(problem: Problem) -> tuple[tuple[tuple[int, ...], ...], list[float]]:
+    """Worker 0 runs 60 of the 120 equal units, the others 20 each: worker 0 alone decides the makespan."""
+    queues = (tuple(range(60)), tuple(range(60, 80)), tuple(range(80, 100)), tuple(range(100, 120)))
+    return queues, problem.finishes(queues, reserve=False)
+
+
+def test_the_latest_worker_gives_units_away_until_the_makespan_falls_and_every_finish_is_a_play() -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    lowered = lower(problem, queues, finishes, False, math.inf)
+    assert lowered is not None
+    new_queues, new_finishes = lowered
+    assert max(new_finishes) < max(finishes)
+    assert sorted(i for q in new_queues for i in q) == list(range(120))  # each unit placed once
+    assert list(new_finishes) == pytest.approx(problem.finishes(new_queues, reserve=False))
+
+
+def test_no_worker_ends_later_than_the_latest_did() -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    lowered = lower(problem, queues, finishes, False, math.inf)
+    assert lowered is not None
+    assert all(f < max(finishes) for f in lowered[1])
+
+
+def test_the_pass_stops_at_its_plays(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    monkeypatch.setattr(plateau, "MAX_PLAYS", 2)  # one try: one kept move at most
+    lowered = lower(problem, queues, finishes, False, math.inf)
+    assert lowered is not None
+    assert sorted(len(queue) for queue in lowered[0]) == [20, 20, 21, 59]
+
+
+def test_nothing_is_tried_past_the_deadline() -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    assert lower(problem, queues, finishes, False, 0.0) is None  # the clock is past 0.0 already
+
+
+def test_units_of_several_trajectories_are_left_alone() -> None:
+    problem = build_problem(_request(prefix_affinity=True))
+    assert any(len(unit.members) > 1 for unit in problem.units)
+    queues, finishes = _crowded(problem)
+    assert lower(problem, queues, finishes, False, math.inf) is None
+
+
+def test_a_level_plan_is_returned_as_none() -> None:
+    problem = build_problem(replace(_request(), trajectories=_request().trajectories[:8]))
+    queues = ((0, 1), (2, 3), (4, 5), (6, 7))  # equal units, two each: no move or swap ends sooner
+    assert lower(problem, queues, problem.finishes(queues, reserve=False), False, math.inf) is None
