@@ -25,7 +25,10 @@ solution in 2 s on 2 cores), so the search is decomposed into pieces that each s
    over worker sets), accepted only when the worker model says those workers finish sooner.
 4. Levelling (``scheduler.policies.balance``): the workers that do not decide the makespan get their
    units balanced among themselves, so none sits idle while another runs a crowded batch: the same
-   predicted makespan, more robust to lengths that differ from the predictions.
+   predicted makespan, more robust to lengths that differ from the predictions. Then, on a searched
+   plan without quantiles, the plateau pass (``scheduler.policies.plateau``): single-unit moves and
+   swaps off whichever worker is latest, each kept only where plays say both workers end sooner, in
+   the plays and time left (the 4,096 x 32 bench plans' H100s and upper 910Bs end on one plateau).
 5. Robust choice (``scheduler.policies.robust``): when the trajectories carry their 0.5 and 0.9
    quantiles, the plan and the lpt plan are played over draws of the lengths, and the lpt plan is
    kept (``ROBUST_LPT``) if it is expected to finish sooner. The lpt plan's side is played before
@@ -190,13 +193,12 @@ class CpSatPolicy:
         if search_end - clock.now() > 2 * lpt_phase:  # levelling: an lpt pass and its ordering
             queues, finishes = level_below(problem, best.queues, best.finish_s, reserve)
             best = Placement(queues, best.status, finish_s=finishes)
-        lowered = (
-            lower(problem, best.queues, best.finish_s, reserve, search_end - lpt_phase)
-            if spread is None
-            else None
-        )
-        if lowered is not None:  # the plateau lowered by plays (``plateau``), in what time is left
-            best = Placement(lowered[0], _found(best.status), finish_s=lowered[1])
+        # The plateau lowered by plays (``plateau``), in what time is left, on a searched plan: where the
+        # lpt plan stands (FALLBACK_LPT) it stands as ``lpt`` returns it; not on quantiles (unjudged).
+        if spread is None and best.status != "FALLBACK_LPT":
+            lowered = lower(problem, best.queues, best.finish_s, reserve, search_end - lpt_phase)
+            if lowered is not None:
+                best = Placement(lowered[0], best.status, finish_s=lowered[1])
         return _robust(problem, request, best, lpt_plan, deadline, base)
 
     def _copied(

@@ -43,6 +43,9 @@ class _Pass:
         self.queues = [list(q) for q in queues]
         self.finish = list(finishes)
         self.plays = 0
+        self.longest = 0.0  # the longest try so far (two plays): none starts that would end past the
+        # deadline at that pace (checked only at a try's start, passes ran 10-28 ms past it live)
+        self.total = [sum(problem.units[i].kv_steps for i in queue) for queue in self.queues]
         caches = {problem.costs[w].kv_capacity_tokens for w in problem.active}
         self.edge = {  # the smallest cache's longest, where caches differ (module doc)
             w: max((problem.steps[i] for i in queues[w]), default=0)
@@ -56,11 +59,11 @@ class _Pass:
         return best_order(self.problem, items, self.problem.costs[w], self.reserve)
 
     def offered(self, worst: int, r: int, swap: bool) -> list[tuple[int, int | None]]:
-        """Up to ``TRIES`` moves of ``worst``'s items to ``r`` (longest first), or swaps for a shorter
-        item of ``r``'s (closest in length first), each within ``FIT`` of the gap by load share."""
-        problem, queue = self.problem, self.queues[r]
-        total = sum(problem.units[i].kv_steps for i in queue)
-        share = self.finish[r] / total if total > 0 else 0.0
+        """Up to ``TRIES`` moves of ``worst``'s items to ``r`` (longest first), or swaps of its
+        ``TRIES`` shortest for a shorter item of ``r``'s (closest in length first), each within ``FIT``
+        of the gap by load share (``r``'s finish over its KV-token-steps, times the item's)."""
+        problem = self.problem
+        share = self.finish[r] / self.total[r] if self.total[r] > 0 else 0.0
         room = FIT * (self.finish[worst] - self.finish[r])
         edge = self.edge.get(r)
         mine = [
@@ -69,30 +72,30 @@ class _Pass:
             if r in problem.units[i].allowed and (edge is None or problem.steps[i] <= edge)
         ]
         mine.sort(key=lambda i: problem.steps[i] if swap else -problem.steps[i])
-        tries: list[tuple[int, int | None]] = []
-        for i in mine:
-            if not swap:
-                if share * problem.units[i].kv_steps < room:
-                    tries.append((i, None))
-            else:
-                tries += self._swaps(worst, r, i, share, room)
-            if len(tries) >= TRIES:
-                break
-        return tries[:TRIES]
+        if swap:
+            return self._swaps(worst, r, mine[:TRIES], share, room)
+        moves = (i for i in mine if share * problem.units[i].kv_steps < room)
+        return [(i, None) for _, i in zip(range(TRIES), moves, strict=False)]
 
-    def _swaps(self, worst: int, r: int, i: int, share: float, room: float) -> list[tuple[int, int | None]]:
-        """Swaps of ``worst``'s item ``i`` for a shorter one of ``r``'s, closest in length first."""
+    def _swaps(
+        self, worst: int, r: int, mine: list[int], share: float, room: float
+    ) -> list[tuple[int, int | None]]:
+        """Swaps of each of ``mine`` for a shorter item of ``r``'s, closest in length first, up to the
+        first that does not fit ``room``: one pass over ``r``'s queue for each of ``mine``, so a step's
+        offers stay bounded (scanning every item of the latest worker, a pass ran 212 ms past 250 live)."""
         problem = self.problem
-        theirs = [
-            j
-            for j in self.queues[r]
-            if problem.steps[j] < problem.steps[i] and worst in problem.units[j].allowed
-        ]
-        theirs.sort(key=lambda j: -problem.steps[j])
-        kv_i = problem.units[i].kv_steps
-        swaps: list[tuple[int, int | None]] = [
-            (i, j) for j in theirs if share * (kv_i - problem.units[j].kv_steps) < room
-        ]
+        theirs = sorted(
+            (j for j in self.queues[r] if worst in problem.units[j].allowed), key=lambda j: -problem.steps[j]
+        )
+        swaps: list[tuple[int, int | None]] = []
+        for i in mine:
+            kv_i, steps_i = problem.units[i].kv_steps, problem.steps[i]
+            for j in theirs:
+                if problem.steps[j] >= steps_i:
+                    continue
+                if share * (kv_i - problem.units[j].kv_steps) >= room or len(swaps) >= TRIES:
+                    break
+                swaps.append((i, j))
         return swaps[:TRIES]
 
     def step(self, deadline: float) -> bool:
@@ -106,9 +109,12 @@ class _Pass:
                 if clock.now() >= deadline:  # before the receiver's offers too: at 32,768 x 256 the
                     return False  # offers of 255 receivers, checked only before a play, overran it
                 for i, j in self.offered(worst, r, swap):
-                    if self.plays + 2 > MAX_PLAYS or clock.now() >= deadline:
+                    started = clock.now()
+                    if self.plays + 2 > MAX_PLAYS or started + self.longest >= deadline:
                         return False
-                    if self._tried(worst, r, i, j, late):
+                    kept = self._tried(worst, r, i, j, late)
+                    self.longest = max(self.longest, clock.now() - started)
+                    if kept:
                         return True
         return False
 
@@ -124,6 +130,9 @@ class _Pass:
             return False
         self.queues[r], self.finish[r] = order_r, finish_r
         self.queues[worst], self.finish[worst] = order_w, finish_w
+        moved = self.problem.units[i].kv_steps - (self.problem.units[j].kv_steps if j is not None else 0.0)
+        self.total[r] += moved
+        self.total[worst] -= moved
         return True
 
 
