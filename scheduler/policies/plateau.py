@@ -8,7 +8,7 @@ moves of 8-15 partners kept none on seed 0: docs/experiments.md, plateau66). Wha
 chain, each step small: the latest worker gives one unit, or swaps one for a shorter one, to a worker
 that ends earlier, and the move is kept only where both workers' ``best_order`` plays end before the
 latest worker did. Repeated on whichever worker is latest, the whole plateau comes down: 1.0247 ->
-1.0215 on seed 0 within a few dozen plays.
+1.0216 on seed 0 within 32 plays.
 
 Cost. Each try is one or two plays: 0.1-0.2 ms on a worker whose queue runs at once, 2-6 ms on a
 cache-bound one. The pass stops after ``MAX_PLAYS`` plays (what an idle host's plan has left of the

@@ -81,7 +81,7 @@ def test_the_32768_x_256_bench_plan_is_earlier_with_no_h100_among_the_ascends(
     top band, beside three of them."""
     batch = bench_request(32_768, 256, seed=9, time_budget_s=1.0)
     monkeypatch.setattr(cpsat_module, "lower", lambda *args, **kwargs: None)  # the rule's own gain: the
-    # plateau pass after it lowers both plans (to 463.29 / 463.41 s here; plateau66)
+    # plateau pass after it lowers both plans (to 463.29 / 463.36 s here; plateau66)
     with clock.frozen():
         above = plan(batch, "cpsat")
         monkeypatch.setattr(lowband, "above_others", lambda levels: levels)
