@@ -9,25 +9,16 @@ earlier test reached.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from service.api.learning_schemas import ActualReport
-from service.api.progress_schemas import ProgressResponse
 from service.api.schemas import ScheduleRequest
 from service.client import SchedulerAPIError, SchedulerClient
-from service.client.scheduler_client import StepResults
 from tests.service.api_helpers import actual_report, batch_body
-
-COUNTS = {"total": 0, "queued": 0, "running": 0, "done": 0, "failed": 0}
-PROGRESS = ProgressResponse.model_validate(
-    {**COUNTS, "schedule_id": "s1", "workers": {}, "dead_letter": [], "dead_letters": []}
-)
-NOTHING = StepResults([], PROGRESS)  # a finished step of no result
-Call = Callable[[Any], object]
+from tests.service.client.refusing import NOTHING, Call, refusing
 
 
 @pytest.fixture
@@ -39,12 +30,7 @@ def sent() -> list[httpx.Request]:
 @pytest.fixture
 def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
     """A client whose every request is recorded and refused."""
-
-    def refuse(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(422, json={"title": "Invalid request", "detail": "refused"})
-
-    with SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(refuse)) as made:
+    with refusing(sent) as made:
         yield made
 
 

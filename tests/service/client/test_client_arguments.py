@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,17 +21,9 @@ import httpx
 import numpy as np
 import pytest
 
-from service.api.progress_schemas import ProgressResponse
 from service.client import SchedulerAPIError, SchedulerClient
-from service.client.scheduler_client import StepResults
 from tests.service.api_helpers import actual_report, batch_body
-
-COUNTS = {"total": 0, "queued": 0, "running": 0, "done": 0, "failed": 0}
-PROGRESS = ProgressResponse.model_validate(
-    {**COUNTS, "schedule_id": "s1", "workers": {}, "dead_letter": [], "dead_letters": []}
-)
-NOTHING = StepResults([], PROGRESS)  # a finished step of no result
-Call = Callable[[Any], object]  # a client, called with what its signature refuses
+from tests.service.client.refusing import NOTHING, PROGRESS, Call, refusing
 
 
 @pytest.fixture
@@ -43,12 +35,7 @@ def sent() -> list[httpx.Request]:
 @pytest.fixture
 def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
     """A client whose every request is recorded and refused: no test here should send any."""
-
-    def refuse(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(422, json={"title": "Invalid request", "detail": "refused"})
-
-    with SchedulerClient("http://scheduler:8000", transport=httpx.MockTransport(refuse)) as made:
+    with refusing(sent) as made:
         yield made
 
 

@@ -21,13 +21,12 @@ from typing import Any
 import pytest
 
 from service.delivery import CompletionOutcome, Delivery, announcing, keys
-from service.delivery.errors import REDIS_FAILED, IndexNodeDown
+from service.delivery.errors import IndexNodeDown
 from service.delivery.reaper import Reaper
 from service.embedded import EmbeddedServer
-from service.redis_conn import connect
-from service.settings import Settings
 from tests.cluster import LocalCluster, key_owner, partly_served, schedule_off
 from tests.service.delivery.conftest import schedule
+from tests.service.delivery.on_cluster import inbox, service_delivery
 from tests.service.finished import RESULT
 
 pytestmark = pytest.mark.slow
@@ -55,19 +54,6 @@ class ActiveDown:
         self.cluster._wait_ok(30)
 
 
-def _service(cluster: LocalCluster) -> Delivery:
-    """A ``Delivery`` on a client built as the service's (a dead master fails a call in ~0.13 s)."""
-    return Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=1.0)))
-
-
-def _inbox(delivery: Delivery, worker: str) -> list[str]:
-    """The worker's inbox as its sidecar reads it; [] while its master does not answer."""
-    try:
-        return delivery.schedules_for(worker)
-    except REDIS_FAILED:
-        return []
-
-
 @pytest.fixture
 def active_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[ActiveDown]:
     """Publish with the active index's master killed right after the announce's mark (``BEGIN``):
@@ -87,7 +73,7 @@ def active_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[ActiveDown]:
             return begun
 
         monkeypatch.setattr(announcing, "begin", begin_then_kill)
-        publisher, worker = _service(cluster), _service(cluster)
+        publisher, worker = service_delivery(cluster), service_delivery(cluster)
         with pytest.raises(IndexNodeDown):
             publisher.publish(schedule(sid, {lost: ITEMS, told: 1}))
         monkeypatch.setattr(announcing, "begin", begin)
@@ -107,7 +93,7 @@ def test_the_window_then_the_publishers_reaper_announces_it_to_every_worker_once
     announced it to every inbox and the reapers' index: the worker claims its items once and
     completes them, the mark is cleared. On main the worker's inbox never held it."""
     out, publisher, worker = active_down, active_down.publisher, active_down.worker
-    assert _inbox(worker, out.told) == [out.sid]
+    assert inbox(worker, out.told) == [out.sid]
     assert worker.claim(out.sid, out.told, 10) != []  # the schedule's master answers: claims go on
     assert publisher.unlisted == {out.sid: keys.DEFAULT_RETENTION_S}
     assert worker.client.hget(keys.schedule_keys(out.sid).meta, keys.ANNOUNCING) is not None
@@ -115,10 +101,10 @@ def test_the_window_then_the_publishers_reaper_announces_it_to_every_worker_once
     try:
         time.sleep(2.0)  # passes while the master is down: each fails reading the indexes
         assert reaper.passes == 0
-        assert _inbox(worker, out.lost) == []
+        assert inbox(worker, out.lost) == []
         out.back()
         waited = time.monotonic()
-        while out.sid not in _inbox(worker, out.lost):
+        while out.sid not in inbox(worker, out.lost):
             assert time.monotonic() - waited < BOUND_S, "the worker never learned of the schedule"
             time.sleep(0.1)
         assert worker.active_schedules() == [out.sid]  # the reapers walk it again
@@ -149,7 +135,7 @@ def test_a_schedule_cancelled_while_the_master_is_down_is_retired_not_written_ba
             assert time.monotonic() - waited < BOUND_S, "the reaper never looked at the schedule again"
             time.sleep(0.1)
         time.sleep(3.0)  # past the re-announce's wait: later passes write nothing back either
-        assert _inbox(worker, out.lost) == _inbox(worker, out.told) == []
+        assert inbox(worker, out.lost) == inbox(worker, out.told) == []
         assert worker.active_schedules() == []
         assert worker.client.zcard(keys.announcing_index()) == 0
         assert worker.claim(out.sid, out.lost, 10) == []

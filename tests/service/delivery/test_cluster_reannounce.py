@@ -17,13 +17,12 @@ from collections.abc import Iterator
 import pytest
 
 from service.delivery import CompletionOutcome, Delivery, keys
-from service.delivery.errors import REDIS_FAILED, IndexNodeDown
+from service.delivery.errors import IndexNodeDown
 from service.delivery.reaper import Reaper
 from service.embedded import EmbeddedServer
-from service.redis_conn import connect
-from service.settings import Settings
 from tests.cluster import LocalCluster, inbox_layout, partly_served
 from tests.service.delivery.conftest import schedule
+from tests.service.delivery.on_cluster import inbox, service_delivery
 from tests.service.finished import RESULT
 
 pytestmark = pytest.mark.slow
@@ -38,25 +37,11 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
 
 
-def _service(cluster: LocalCluster) -> Delivery:
-    """A ``Delivery`` on a client built as the service's (``short_retry``: a dead master fails a call
-    in ~0.13 s)."""
-    return Delivery(connect(Settings(redis_url=cluster.url, redis_cluster=True, redis_timeout_s=1.0)))
-
-
-def _inbox(delivery: Delivery, worker: str) -> list[str]:
-    """The worker's inbox as its sidecar reads it; [] while its master does not answer."""
-    try:
-        return delivery.schedules_for(worker)
-    except REDIS_FAILED:
-        return []
-
-
 def _published_with_a_master_down(cluster: LocalCluster) -> tuple[str, str, str, EmbeddedServer, Delivery]:
     """Kill the master of one worker's inbox and publish: the announce raises that node's error, the
     schedule stored and announced to the other worker. The client does not retry."""
     sid, lost, told, down = inbox_layout(cluster)
-    publisher = _service(cluster)
+    publisher = service_delivery(cluster)
     node = next(n for n in cluster.nodes if n.port == down)
     node.kill()
     with pytest.raises(IndexNodeDown):
@@ -79,14 +64,14 @@ def test_a_worker_whose_inbox_master_was_down_at_the_publish_claims_and_complete
     them, its inbox holds the schedule once, and the mark and the index entry are gone. On main the
     worker's inbox never held it (the wait below ran out)."""
     sid, lost, _, node, publisher = _published_with_a_master_down(cluster)
-    reaper = Reaper(_service(cluster)).start()  # another process's: nothing of the publish in memory
-    worker = _service(cluster)
+    reaper = Reaper(service_delivery(cluster)).start()  # another process's: nothing of the publish in memory
+    worker = service_delivery(cluster)
     try:
         time.sleep(3.0)  # passes while the master is down: each fails at that node, nothing else
-        assert _inbox(worker, lost) == []
+        assert inbox(worker, lost) == []
         _back(cluster, node)
         waited = time.monotonic()
-        while sid not in _inbox(worker, lost):
+        while sid not in inbox(worker, lost):
             assert time.monotonic() - waited < BOUND_S, "the worker never learned of the schedule"
             time.sleep(0.1)
         leases = worker.claim(sid, lost, 10)
@@ -113,19 +98,19 @@ def test_a_schedule_cancelled_while_the_master_is_down_is_not_announced_again(cl
     sid, lost, told, node, publisher = _published_with_a_master_down(cluster)
     with pytest.raises(IndexNodeDown):
         publisher.cancel(sid)
-    reaper = Reaper(_service(cluster)).start()
-    worker = _service(cluster)
+    reaper = Reaper(service_delivery(cluster)).start()
+    worker = service_delivery(cluster)
     try:
         _back(cluster, node)
         waited = time.monotonic()
         listed, active = keys.announcing_index(), keys.active_index()
         while worker.client.zscore(listed, sid) is not None or worker.client.zscore(active, sid) is not None:
-            assert sid not in _inbox(worker, lost)
+            assert sid not in inbox(worker, lost)
             assert time.monotonic() - waited < BOUND_S, "the reaper never retired the cancelled schedule"
             time.sleep(0.1)
         time.sleep(3.0)  # past the re-announce's wait: later passes write nothing back either
-        assert _inbox(worker, lost) == []
-        assert _inbox(worker, told) == []
+        assert inbox(worker, lost) == []
+        assert inbox(worker, told) == []
         assert worker.client.zscore(listed, sid) is None
         assert worker.claim(sid, lost, 10) == []
     finally:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import redis
-from redis.client import Pipeline
 
 from service.delivery import CompletionOutcome, Delivery, announcing, keys
 from service.delivery.announcing import reannounce
 from tests.service.delivery.conftest import schedule
+from tests.service.delivery.cut_pipeline import cut_after_first
 from tests.service.finished import RESULT
 
 SID = "s"
@@ -140,20 +140,7 @@ def test_an_announce_cut_short_after_its_first_command_has_listed_the_schedule(
     node that died mid-pipeline): that command is the announcing index's entry, so the reapers find
     the schedule and announce it to every inbox. It was the active index's entry until ops66: the
     reapers walked the schedule and never announced it again, its inboxes empty."""
-    pipeline = delivery.client.pipeline
-
-    def cut_short(transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        pipe = pipeline(transaction, shard_hint)
-
-        def first_only() -> list[object]:
-            args, _ = pipe.command_stack[0]
-            delivery.client.execute_command(*args)  # type: ignore[no-untyped-call]
-            raise redis.ConnectionError("Connection lost mid-pipeline")
-
-        pipe.execute = first_only  # type: ignore[method-assign]
-        return pipe
-
-    monkeypatch.setattr(delivery.client, "pipeline", cut_short)
+    cut_after_first(delivery, monkeypatch)
     with pytest.raises(redis.ConnectionError):
         delivery.publish(schedule(SID, {"a": 1, "b": 1}))
     monkeypatch.undo()

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from redis.client import Pipeline
 from redis.cluster import RedisCluster
 
 from service.delivery import Delivery, keys, remap
@@ -26,6 +25,7 @@ from service.redis_conn import connect
 from service.settings import Settings
 from tests.cluster import LocalCluster, serve_the_rest
 from tests.service.delivery.conftest import schedule
+from tests.service.delivery.cut_pipeline import cut_after_first
 from tests.service.failover import TIMEOUT_S, paced
 from tests.service.finished import RESULT
 
@@ -100,20 +100,7 @@ def test_a_retire_cut_short_on_a_node_leaves_the_schedule_to_the_reapers(
     from the inboxes the cut left it in. Sent first there, the active index's went and the others
     stayed: an inbox held the cancelled schedule with nothing left to retire it (review65)."""
     delivery.publish(schedule("s", {"a": 1, "b": 1}), now_ms=T0)
-    pipeline = delivery.client.pipeline
-
-    def cut_short(transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        pipe = pipeline(transaction, shard_hint)
-
-        def first_only() -> list[object]:
-            args, _ = pipe.command_stack[0]
-            delivery.client.execute_command(*args)  # type: ignore[no-untyped-call]
-            raise redis.ConnectionError("Connection lost mid-pipeline")
-
-        pipe.execute = first_only  # type: ignore[method-assign]
-        return pipe
-
-    monkeypatch.setattr(delivery.client, "pipeline", cut_short)
+    cut_after_first(delivery, monkeypatch)
     with pytest.raises(redis.ConnectionError):
         delivery.cancel("s")
     monkeypatch.undo()
