@@ -21,7 +21,9 @@ returns None, the plan as it was.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from scheduler import clock
 from scheduler.policies.ordering import best_order
@@ -31,6 +33,15 @@ MAX_PLAYS = 32  # plays per pass at most (seed 0 at 4,096 x 32: 26 plays took th
 # to 1.0216; plateau66)
 TRIES = 3  # candidate moves (or swaps) tried per (latest, receiver) pair
 FIT = 0.9  # a candidate's share of the receiver's finish must fit this fraction of the gap
+
+
+class _Sorted(NamedTuple):
+    """A queue by length (``_Pass.sorted_queue``)."""
+
+    down: list[int]  # longest first
+    keys: list[int]  # ``down``'s negated lengths, ascending (for ``bisect``)
+    up: list[int]  # shortest first
+    lightest: float  # the least KV-token-steps of an item
 
 
 class _Pass:
@@ -45,10 +56,14 @@ class _Pass:
         self.plays = 0
         self.longest = 0.0  # the longest try so far (two plays): none starts that would end past the
         # deadline at that pace (checked only at a try's start, passes ran 10-28 ms past it live)
-        self.total = [sum(problem.units[i].kv_steps for i in queue) for queue in self.queues]
+        kv = problem.kv_steps  # per trajectory, so per unit: the pass takes single units only
+        self.kv = kv if len(kv) == len(problem.units) else tuple(unit.kv_steps for unit in problem.units)
+        self.total = [sum(map(self.kv.__getitem__, queue)) for queue in self.queues]
         caches = {problem.costs[w].kv_capacity_tokens for w in problem.active}
+        self.allowed: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}  # ``may``
+        self.by_length: dict[int, _Sorted] = {}  # ``sorted_queue``, dropped for a worker whose queue changes
         self.edge = {  # the smallest cache's longest, where caches differ (module doc)
-            w: max((problem.steps[i] for i in queues[w]), default=0)
+            w: max(map(problem.steps.__getitem__, queues[w]), default=0)
             for w in problem.active
             if len(caches) > 1 and problem.costs[w].kv_capacity_tokens == min(caches)
         }
@@ -58,23 +73,44 @@ class _Pass:
         self.plays += 1
         return best_order(self.problem, items, self.problem.costs[w], self.reserve)
 
+    def may(self, unit: int, w: int) -> bool:
+        """Whether ``w`` may take ``unit``: one set per distinct ``allowed`` tuple, where a tuple's ``in``
+        scans up to 256 workers per candidate (32,768 x 256)."""
+        allowed = self.problem.units[unit].allowed
+        found = self.allowed.get(id(allowed))
+        if found is None:  # the tuple is held with its set, so its id is not reused
+            found = self.allowed[id(allowed)] = (allowed, frozenset(allowed))
+        return w in found[1]
+
+    def sorted_queue(self, w: int) -> _Sorted:
+        """``w``'s queue by length both ways (ties in queue order) and its lightest item's KV-token-steps,
+        kept until ``w``'s queue changes: sorted once, not once per receiver."""
+        if w not in self.by_length:
+            steps, queue = self.problem.steps, self.queues[w]
+            down = sorted(queue, key=lambda i: -steps[i])
+            self.by_length[w] = _Sorted(
+                down,
+                [-steps[j] for j in down],
+                sorted(queue, key=lambda i: steps[i]),
+                min(map(self.kv.__getitem__, queue), default=0.0),
+            )
+        return self.by_length[w]
+
     def offered(self, worst: int, r: int, swap: bool) -> list[tuple[int, int | None]]:
         """Up to ``TRIES`` moves of ``worst``'s items to ``r`` (longest first), or swaps of its
         ``TRIES`` shortest for a shorter item of ``r``'s (closest in length first), each within ``FIT``
         of the gap by load share (``r``'s finish over its KV-token-steps, times the item's)."""
-        problem = self.problem
+        problem, own = self.problem, self.sorted_queue(worst)
         share = self.finish[r] / self.total[r] if self.total[r] > 0 else 0.0
         room = FIT * (self.finish[worst] - self.finish[r])
         edge = self.edge.get(r)
-        mine = [
-            i
-            for i in self.queues[worst]
-            if r in problem.units[i].allowed and (edge is None or problem.steps[i] <= edge)
-        ]
-        mine.sort(key=lambda i: problem.steps[i] if swap else -problem.steps[i])
+        fits = (i for i in (own.up if swap else own.down) if edge is None or problem.steps[i] <= edge)
         if swap:
-            return self._swaps(worst, r, mine[:TRIES], share, room)
-        moves = (i for i in mine if share * problem.units[i].kv_steps < room)
+            mine = [i for _, i in zip(range(TRIES), (i for i in fits if self.may(i, r)), strict=False)]
+            return self._swaps(worst, r, mine, share, room) if mine else []
+        if share * own.lightest >= room:  # no item of the latest worker's fits the gap
+            return []
+        moves = (i for i in fits if share * self.kv[i] < room and self.may(i, r))
         return [(i, None) for _, i in zip(range(TRIES), moves, strict=False)]
 
     def _swaps(
@@ -83,17 +119,14 @@ class _Pass:
         """Swaps of each of ``mine`` for a shorter item of ``r``'s, closest in length first, up to the
         first that does not fit ``room``: one pass over ``r``'s queue for each of ``mine``, so a step's
         offers stay bounded (scanning every item of the latest worker, a pass ran 212 ms past 250 live)."""
-        problem = self.problem
-        theirs = sorted(
-            (j for j in self.queues[r] if worst in problem.units[j].allowed), key=lambda j: -problem.steps[j]
-        )
+        problem, theirs = self.problem, self.sorted_queue(r)
         swaps: list[tuple[int, int | None]] = []
         for i in mine:
-            kv_i, steps_i = problem.units[i].kv_steps, problem.steps[i]
-            for j in theirs:
-                if problem.steps[j] >= steps_i:
+            kv_i = self.kv[i]
+            for j in theirs.down[bisect_right(theirs.keys, -problem.steps[i]) :]:  # the shorter ones
+                if not self.may(j, worst):
                     continue
-                if share * (kv_i - problem.units[j].kv_steps) >= room or len(swaps) >= TRIES:
+                if share * (kv_i - self.kv[j]) >= room or len(swaps) >= TRIES:
                     break
                 swaps.append((i, j))
         return swaps[:TRIES]
@@ -129,8 +162,10 @@ class _Pass:
         if finish_w >= late:
             return False
         self.queues[r], self.finish[r] = order_r, finish_r
+        self.by_length.pop(r, None)
+        self.by_length.pop(worst, None)
         self.queues[worst], self.finish[worst] = order_w, finish_w
-        moved = self.problem.units[i].kv_steps - (self.problem.units[j].kv_steps if j is not None else 0.0)
+        moved = self.kv[i] - (self.kv[j] if j is not None else 0.0)
         self.total[r] += moved
         self.total[worst] -= moved
         return True
@@ -144,7 +179,8 @@ def lower(
     deadline: float,
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]] | None:
     """``queues`` with the plateau lowered by kept moves (module doc), or None where none was kept."""
-    if any(unit.members != (k,) for k, unit in enumerate(problem.units)) or len(problem.active) < 2:
+    if len(problem.units) != len(problem.steps) or len(problem.active) < 2:  # a unit of several (the
+        # units are as many as the trajectories only where each is one: ``Problem.units``)
         return None
     state = _Pass(problem, queues, finishes, reserve)
     kept = 0
