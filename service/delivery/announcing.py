@@ -43,7 +43,7 @@ import redis
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import NODE_DOWN, OUT_OF_MEMORY, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
 from service.delivery.scripts import evaluate
 from service.delivery.views import text
 
@@ -182,11 +182,13 @@ def relist(delivery: Any) -> Reannounced:
 def _each(done: Reannounced, schedule_ids: list[str], one: Callable[[str], None]) -> None:
     """``one`` for each schedule, in order: its keys damaged (a script's error reply) logged and
     skipped, the others go on (listed first at every pass, a stop there starved the rest); a node or
-    slot out stops the walk, the rest waiting for the next pass."""
+    slot out stops the walk, the rest waiting for the next pass, and so does a node out of memory
+    (ops67: a ``ResponseError`` too, it was logged as damage at every schedule of a pass; each
+    announce writes the active index's node and, in a fleet, mostly the same inboxes)."""
     for schedule_id in schedule_ids:
         try:
             one(schedule_id)
-        except SLOT_NOT_SERVED + NODE_DOWN as error:  # a node or slot out: the rest wait a pass
+        except SLOT_NOT_SERVED + NODE_DOWN + OUT_OF_MEMORY as error:  # a node or slot out: next pass
             done.missed[schedule_id] = error
             log.info("announcing schedule %s again failed, next pass: %s", schedule_id, error)
             break

@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from service.delivery import keys as keyspace
 from service.delivery.errors import (
     NODE_DOWN,
+    OUT_OF_MEMORY,
     SLOT_NOT_SERVED,
     MarkLapsedError,
     ScheduleConflictError,
@@ -85,7 +86,9 @@ class ScriptCalls(DeliveryIndexes):
         the reapers' index at once, or they keep polling finished work until its retention passes.
 
         A node that does not answer that retire (``NODE_DOWN``), or a slot of it not served
-        (``SLOT_NOT_SERVED``: ops66), is a WARNING, and the script's answer stands: raised, the
+        (``SLOT_NOT_SERVED``: ops66), or out of memory (``OUT_OF_MEMORY``, ops67: a retire is ZREMs,
+        which a node at its ``maxmemory`` runs, so only a later write of it would be refused), is a
+        WARNING, and the script's answer stands: raised, the
         caller's retry ran the script again, answered ``DUPLICATE`` (or the same leases) and raised
         again while the node was down, so an accepted result was held unanswered (cluster55). The
         schedule stays in the reapers' index where the retire did not end (``_retire``), and a reap
@@ -93,7 +96,7 @@ class ScriptCalls(DeliveryIndexes):
         if int(reply[-1]) == 1:
             try:
                 self._retire(schedule_id)
-            except NODE_DOWN + SLOT_NOT_SERVED as error:
+            except NODE_DOWN + SLOT_NOT_SERVED + OUT_OF_MEMORY as error:
                 log.warning(
                     "schedule %s settled, its retire from the indexes left to the reapers: %s",
                     schedule_id,

@@ -16,6 +16,7 @@ from scheduler.errors import InvalidInputError, SchedulerError
 
 __all__ = [
     "NODE_DOWN",
+    "OUT_OF_MEMORY",
     "REDIS_FAILED",
     "SLOT_NOT_SERVED",
     "InvalidInputError",
@@ -45,6 +46,12 @@ SLOT_NOT_SERVED: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError,
 # retries; or a timeout): its slots' keys fail, the other masters' answer (``reach.py``). On a single
 # Redis the same errors are the whole server.
 NODE_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+# A node at its ``maxmemory`` (policy ``noeviction``, as deploy sets it) refusing a write that may grow
+# it (ZADD, a script whose first write is one): nothing of that command ran, the node answers the
+# rest (a ZREM, a read). One node's refusal, on a Redis Cluster: each master has its own memory, so
+# a walk over nodes (``DeliveryIndexes._each_node``) sends the others' writes and raises it after
+# them, as a node down's (ops67: it was raised at once, the nodes after it not sent).
+OUT_OF_MEMORY: tuple[type[Exception], ...] = (redis.exceptions.OutOfMemoryError,)
 # Redis's answers that a cluster client raises only once its own retries are spent: a TimeoutError is
 # retried too (``RedisCluster.ERRORS_ALLOW_RETRY``), so the try before may have run the command, its
 # answer lost (CLUSTERDOWN as a slot's master fails over, TRYAGAIN mid-reshard, a redirect too many).

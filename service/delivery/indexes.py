@@ -25,6 +25,7 @@ from service.delivery import announcing
 from service.delivery import keys as keyspace
 from service.delivery.errors import (
     NODE_DOWN,
+    OUT_OF_MEMORY,
     REDIS_FAILED,
     SLOT_NOT_SERVED,
     IndexNodeDown,
@@ -194,7 +195,10 @@ class DeliveryIndexes(DeliveryViews):
         does: the schedule is marked before the writes and listed with the active index's entry,
         the mark cleared once every node answered (``announcing.py``: no call more than before).
         Where the listing itself did not land (the active index's node down), this process's reaper
-        announces it again once that node answers (``unlisted``: in memory, ops66).
+        announces it again once that node answers (``unlisted``: in memory, ops66). A node out of
+        memory is met as one down (ops67): its refusal raised after the others' writes (a 503, never
+        an announce taken for done), the mark kept, and the schedule ``unlisted`` where it was the
+        active index's node.
         """
         keys = self.keys(schedule_id)
         self.marks = self.marks or announcing.MarkScripts.on(self.client)
@@ -207,7 +211,7 @@ class DeliveryIndexes(DeliveryViews):
         try:
             writes = self._announce_writes(schedule_id, workers, retention_s, *begun)
             self._each_node(writes, "announcing a stored schedule in its indexes", missed=missed)
-        except NODE_DOWN + SLOT_NOT_SERVED:
+        except NODE_DOWN + SLOT_NOT_SERVED + OUT_OF_MEMORY:
             if keyspace.active_index(self.prefix) in missed:  # nothing the reapers walk lists it
                 self.unlisted[schedule_id] = retention_s
             else:
@@ -263,14 +267,15 @@ class DeliveryIndexes(DeliveryViews):
         sends the keys to, each whatever the others answer; the first that failed is raised after
         the rest, a node that did not answer as ``IndexNodeDown``, a slot not served as it is
         (``SLOT_NOT_SERVED``: its node's "Hash slot not served", or a slot the map sends nowhere,
-        once the retries and map refresh of the client's pipeline are spent), and the names of every
-        pipeline that failed, or was not sent, go in ``missed``.
+        once the retries and map refresh of the client's pipeline are spent), a node out of memory
+        as it is (``OUT_OF_MEMORY``: its ZADDs and inbox scripts refused, its ZREMs run; ops67), and
+        the names of every pipeline that failed, or was not sent, go in ``missed``.
         ``hold_back``'s node, where given, is sent last, and not at all where another failed
         (``_retire``), and ``hold_back``'s own commands last in its pipeline: a pipeline cut short
         (its node gone mid-way, a command of it redirected to a node down) has run a head of it, so
         ``hold_back`` stays where any other did not land. A single Redis: one pipeline. Until ops66
-        a slot not served was raised at once, the nodes after it not sent: other workers were not
-        announced the schedule, or not retired from it."""
+        a slot not served, until ops67 an out-of-memory refusal, was raised at once, the nodes after
+        it not sent: other workers were not announced the schedule, or not retired from it."""
         client = self.client
         names = list(writes)
         groups: dict[str | None, list[str]] = (
@@ -285,7 +290,7 @@ class DeliveryIndexes(DeliveryViews):
                 break
             try:
                 self._send(group, writes, hold_back)
-            except NODE_DOWN + SLOT_NOT_SERVED as error:
+            except NODE_DOWN + SLOT_NOT_SERVED + OUT_OF_MEMORY as error:
                 missed += group
                 down = node is not None and isinstance(error, NODE_DOWN)
                 failed = failed or (IndexNodeDown(str(node), error, doing) if down else error)

@@ -41,7 +41,7 @@ import redis
 
 from service.delivery import keys as keyspace
 from service.delivery.announcing import reannounce, relist
-from service.delivery.errors import REDIS_FAILED, UnknownScheduleError
+from service.delivery.errors import OUT_OF_MEMORY, REDIS_FAILED, UnknownScheduleError
 from service.delivery.outcomes import ReapReport
 from service.delivery.protocol import Delivery
 from service.delivery.reach import Reach
@@ -83,8 +83,15 @@ def reap_all(
     new master in the same pass, the map read again (``Reach.sent``: review52c), not a pass later.
     ``due``: what is due, where the caller read it already (``Reaper``'s pass, with the announcing
     index: ``walk_for_reaping``); None: read here.
+
+    A node out of memory (ops67) refuses a reap that would requeue (nothing of it ran: not taken for
+    done, no lapse entry, reaped next pass) and the lapse index's ZADD; either is told as an outage
+    with the rest (``unserved``), after the pass: the reports of the reaps that ran are returned.
+    Before, a reap's refusal was logged as a damaged schedule at every pass, and the lapse index's
+    raised out of the pass, the requeues its reaps had made never told to ``on_reap`` nor logged.
     """
     reports: dict[str, ReapReport] = {}
+    refused: list[Exception] = []  # reaps, or the lapse entries, a node out of memory refused
     reach = Reach(delivery.client, delivery.prefix, learns=True) if reach is None else reach
     due = delivery.due_for_reaping(now_ms) if due is None else due
     for schedule_id in _missed_last(due, last):
@@ -97,11 +104,16 @@ def reap_all(
         except reach.catches as error:  # tried again next pass, its slot served or not
             reach.missed(schedule_id, error)
             continue
+        except OUT_OF_MEMORY as error:  # its master refused the requeue: no lapse entry, next pass
+            refused.append(error)
         except redis.ResponseError as error:  # no lapse entry: tried again next pass
             log.error("reaping schedule %s failed, skipped: %s", schedule_id, error)
         reach.got(schedule_id)  # gone, or its script's error: an answer all the same
-    delivery.defer_reaping({sid: report.quiet_until_ms for sid, report in reports.items()})
-    errors = list(dict.fromkeys(reach.missing.values()))
+    try:  # lost, the schedules are reaped again next pass (nothing lapsed: no writes)
+        delivery.defer_reaping({sid: report.quiet_until_ms for sid, report in reports.items()})
+    except REDIS_FAILED as error:
+        refused.append(error)
+    errors = list(dict.fromkeys(reach.missing.values())) + refused[:1]
     if errors and unserved is None:
         raise errors[0]
     if unserved is not None:
