@@ -19,11 +19,15 @@ loses nothing: a reaper of any replica reads the index (with what is due, one sc
 same announce); one whose mark was cleared leaves the index (``DROP``: only the entry read, so a later
 announce's entry stays).
 
-Where the active index's node did not answer, nothing lists the schedule: the process that announced
-it keeps it in memory (``DeliveryIndexes.unlisted``) and its reaper announces it again once that node
-answers (``relist``, ops66). That process dying first leaves it to the client's retry, as does one
-killed between the publish's script and ``BEGIN`` (no mark): no key on a node that answered lists it,
-and the reapers scan no keys.
+A publish lists the schedule before its script stores it (``list_ahead``), and that script marks it
+as it stores it, so a process killed anywhere after the store (before ``BEGIN``, or before the active
+index's pipeline) leaves it listed and marked: a reaper of any replica announces it (ops67; before,
+only the client's retry repaired it). Where the active index's node did not answer (down, or out of
+memory, from before the publish), nothing lists the schedule: the process that announced it keeps it
+in memory (``DeliveryIndexes.unlisted``) and its reaper announces it again once that node answers
+(``relist``, ops66). That process dying first leaves it to the client's retry: no key on a node that
+answered lists it, and the reapers scan no keys (a listing on a second node would be a command more
+in every reaper pass: docs/experiments.md, ops67).
 
 Announcing again is safe: an inbox is a sorted set, one entry per schedule id, so a second announce
 changes nothing there, and a claim decides on the schedule's own keys (each item leased once). A
@@ -40,10 +44,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from service.delivery import keys as keyspace
-from service.delivery.errors import NODE_DOWN, OUT_OF_MEMORY, REDIS_FAILED, SLOT_NOT_SERVED, UnknownScheduleError
+from service.delivery.errors import (
+    NODE_DOWN,
+    OUT_OF_MEMORY,
+    REDIS_FAILED,
+    SLOT_NOT_SERVED,
+    UnknownScheduleError,
+)
 from service.delivery.scripts import evaluate
 from service.delivery.views import text
 
@@ -87,6 +98,16 @@ return 0
 """
 
 
+# List a schedule about to be published in the announcing index (KEYS[1]) at that node's ms now, before
+# the publish's script stores and marks it: a process killed after that script and before its announce
+# lists it leaves it where the reapers read (ops67). A publish refused leaves an entry with no mark,
+# which a reaper drops, as it drops a finished announce's.
+LIST = """
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+"""
+
+
 @dataclass(frozen=True)
 class MarkScripts:
     """The mark's scripts, registered on one client (``Script`` only hashes the body: no call)."""
@@ -94,11 +115,29 @@ class MarkScripts:
     begin: Script
     end: Script
     drop: Script
+    listing: Script
 
     @classmethod
     def on(cls, client: Any) -> MarkScripts:
         """The scripts for ``client`` (a Redis or RedisCluster)."""
-        return cls(*(client.register_script(body) for body in (BEGIN, END, DROP)))
+        return cls(*(client.register_script(body) for body in (BEGIN, END, DROP, LIST)))
+
+
+def list_ahead(delivery: Any, schedule_id: str) -> None:
+    """List ``schedule_id`` in the announcing index before its publish's script (``LIST``), which
+    marks it as it stores it: whatever kills the process from there to its announce's listing, a
+    reaper of any replica finds it listed and marked and announces it (ops67; before, only the
+    client's retry did). One round trip more a publish. On a Redis Cluster a failure is logged and
+    the publish goes on (the announce meets that node again: ``unlisted``); on one Redis it is the
+    whole server's, raised."""
+    delivery.marks = delivery.marks or MarkScripts.on(delivery.client)
+    index = keyspace.announcing_index(delivery.prefix)
+    try:
+        evaluate(delivery.client, delivery.marks.listing, [index], [schedule_id])
+    except REDIS_FAILED as error:
+        if not isinstance(delivery.client, RedisCluster):
+            raise
+        log.info("schedule %s not listed ahead of its publish: %s", schedule_id, error)
 
 
 def begin(

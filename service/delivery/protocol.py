@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
 
+from service.delivery import announcing, wire
 from service.delivery import keys as keyspace
-from service.delivery import wire
 from service.delivery.calls import by_holder, worker
 from service.delivery.errors import UnknownScheduleError
 from service.delivery.marks import PlanningMarks
@@ -78,6 +78,7 @@ class Delivery(PlanningMarks):
         """
         schedule.validate()
         args = wire.publish_args(schedule, now_ms, uuid.uuid4().hex, digest, answer, mark)
+        announcing.list_ahead(self, schedule.schedule_id)  # a kill from here on leaves it listed
         created = self._call(self.scripts.publish, schedule.schedule_id, args)
         announced = sorted(set(schedule.queues) - schedule.drained)  # a drained worker is not told
         self._announce(schedule.schedule_id, announced, schedule.lease.retention_s)

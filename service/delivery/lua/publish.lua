@@ -112,9 +112,13 @@ local flat = {}
 for w, p in pairs(stated) do flat[#flat + 1], flat[#flat + 2] = w, p end
 bulk('HSET', k('pace'), flat)
 local n = #keys
+-- 'announcing' (the retention, s: the announce's mark, announcing.py) is set here, with the store, so a
+-- process killed before its announce's opening script leaves it marked, and listed: the publish
+-- listed it in the announcing index before this script (announcing.list_ahead, ops67).
 redis.call('HSET', META, 'fingerprint', ARGV[1], 'total', n, 'lease_ttl_ms', ARGV[4],
   'max_attempts', ARGV[5], 'kv_admission', ARGV[6], 'workers', ARGV[7], 'published_ms', now,
-  'expire_at_ms', exp, 'fence', fence, 'affinity', affinity, 'nonce', nonce)
+  'expire_at_ms', exp, 'fence', fence, 'affinity', affinity, 'nonce', nonce,
+  'announcing', string.format('%d', math.floor(tonumber(ARGV[3]) / 1000)))
 -- The id holds a schedule from now on, so no request under it is in flight any more (a DELETE
 -- cancels the schedule): the marks of this one and of any other racing it go in this same step.
 -- Not before that HSET: Redis judges a script's memory at its first write, and a DEL (allowed out
