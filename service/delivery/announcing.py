@@ -11,8 +11,9 @@ check that it is unsettled, in the same script, so a cancelled or finished sched
 announced), lists it in the announcing index (``keys.announcing_index``: in the active index's slot,
 first in that node's pipeline, which ``_each_node`` sends first), and clears the mark only once every
 node answered (``END``). Both ride round trips the announce made already (its settled check before and
-after the writes, one script each on the schedule's slot, the active index's pipeline): a publish where
-every node answers sends no more calls than before. Mark and listing are in Redis, so a service restart
+after the writes, one script each on the schedule's slot, the active index's pipeline): an announce
+where every node answers sends no more calls than before (a publish one more since ops67: below). Mark
+and listing are in Redis, so a service restart
 loses nothing: a reaper of any replica reads the index (with what is due, one script:
 ``walk_for_reaping``), and a schedule listed there long enough for its announce to be over
 (``keys.REANNOUNCE_AFTER_MS``) whose mark still holds is announced again (``Delivery.announce``, the

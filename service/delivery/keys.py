@@ -173,7 +173,8 @@ PLANNED_PROFILES = "profiles"  # ``P:meta``, speeds/learner.py's after a publish
 # progress; absent on schedules an older release published: its default engine, progress None.
 KV_ADMISSION, DRAINED, ENGINE = "kv_admission", "drained", "engine"
 # ``P:meta``: the retention (s) of an announce begun and not yet seen to reach every inbox; written before
-# its writes, cleared once every node answered (``service/delivery/announcing.py``).
+# its writes (and by the publish's script as it stores the schedule: ops67), cleared once every node
+# answered (``service/delivery/announcing.py``).
 ANNOUNCING = "announcing"
 
 
@@ -366,9 +367,10 @@ def lapse_index(prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def announcing_index(prefix: str = DEFAULT_PREFIX) -> str:
-    """Zset: schedule id -> server ms its latest announce began, until a reaper saw that announce (or
-    a later one) reach every inbox; tagged ``{<prefix>:active}``, so it is written first in the active
-    index's pipeline and read with the active and lapse indexes by a reaper pass's one script
+    """Zset: schedule id -> server ms its latest announce began (or its publish, listed ahead of its
+    script: ``announcing.list_ahead``, ops67), until a reaper saw that announce (or a later one) reach
+    every inbox; tagged ``{<prefix>:active}``, so it is written first in the active index's pipeline
+    and read with the active and lapse indexes by a reaper pass's one script
     (``DeliveryIndexes.walk_for_reaping``)."""
     return f"{prefix}:announcing:{{{active_index(prefix)}}}"
 

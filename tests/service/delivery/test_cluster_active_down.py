@@ -2,7 +2,8 @@
 writes), the client never retrying, on a real 3-master cluster (``cluster-require-full-coverage no``;
 nothing mocked: the kill is timed by a hook on the announce's opening script).
 
-Neither the active index nor the announcing index holds the schedule then (both on that master), so
+Neither the active index nor the announcing index holds the schedule then (both on that master; the
+entry its publish wrote ahead of its script, ops67, went with the master's data: no persistence), so
 the reapers neither reap nor announce it again; the workers whose inboxes are on the other masters
 see it and claim. Before ops66 only the client's retry repaired it: a worker whose inbox is on that
 master never learned of the schedule, and the others' lapsed leases were never reaped. Now the
