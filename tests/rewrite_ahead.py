@@ -11,36 +11,96 @@ once instead of once a worker.
 
 Where Python may not write bytecode (``PYTHONDONTWRITEBYTECODE``), pytest writes no cache and neither does
 this: each worker then rewrites for itself, as before. ``make test`` lets Python write it (the Makefile).
+
+The rewrite and its cache are pytest's private helpers (``_pytest.assertion.rewrite``), which change between
+releases (9.x reads a source hash where 8.x read a stat). They are reached through ``pytest_rewriter``, which
+checks each one's parameters against those this was written for: where one is missing or takes others, it
+answers None and nothing is written ahead, so each worker rewrites for itself, as pytest does without this:
+slower, never broken. A module that does not compile is left to the worker too, whose import reports it as
+pytest reports any module that fails to import.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import importlib
+import inspect
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType, ModuleType
+from typing import Any
 
 import pytest
-from _pytest.assertion.rewrite import (
-    PYC_TAIL,
-    _read_pyc,
-    _rewrite_test,
-    _write_pyc,
-    assertstate_key,
-    get_cache_dir,
-    try_makedirs,
-)
-from _pytest.pathlib import fnmatch_ex
 
 # The session's config, for the forked processes that rewrite (set before they fork, read in them): a
 # config does not pickle, and the rewrite reads its ini (the assertion-pass hook) as the workers' does.
 _config: pytest.Config | None = None
 
+# pytest's private helpers this calls, each with the parameters it was written against (pytest 9.2): a
+# pytest whose helper is gone or takes others (8.x's ``_write_pyc`` took ``source_stat``) is not used.
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "_rewrite_test": ("fn", "config"),
+    "_write_pyc": ("state", "co", "source_hash", "pyc"),
+    "_read_pyc": ("source", "pyc", "trace"),
+    "get_cache_dir": ("file_path",),
+    "try_makedirs": ("cache_dir",),
+}
 
-def cached_pyc(module: Path) -> Path:
-    """Where pytest looks for ``module``'s rewritten code (``__pycache__`` or ``sys.pycache_prefix``)."""
-    return get_cache_dir(module) / (module.name[: -len(".py")] + PYC_TAIL)
+
+@dataclass(frozen=True)
+class Rewriter:
+    """pytest's own rewrite and cache helpers, found with the parameters this calls them with."""
+
+    pyc_tail: str
+    state_key: Any
+    rewrite_test: Callable[[Path, pytest.Config], tuple[bytes, CodeType]]
+    write_pyc: Callable[[Any, CodeType, bytes, Path], bool]
+    read_pyc: Callable[[Path, Path], CodeType | None]
+    cache_dir: Callable[[Path], Path]
+    makedirs: Callable[[Path], bool]
+
+    def cached_pyc(self, module: Path) -> Path:
+        """Where pytest looks for ``module``'s rewritten code (``__pycache__`` or ``sys.pycache_prefix``)."""
+        return self.cache_dir(module) / (module.name[: -len(".py")] + self.pyc_tail)
+
+
+def _import(name: str) -> ModuleType:
+    """The module ``name``: the one door to pytest's private modules, so a test can shut it."""
+    return importlib.import_module(name)
+
+
+def pytest_rewriter() -> Rewriter | None:
+    """pytest's rewrite helpers where this pytest has each of them with the parameters in ``SIGNATURES``,
+    else None: writing ahead is then left undone, the workers rewriting as they would without it."""
+    try:
+        module = _import("_pytest.assertion.rewrite")
+        helpers = {name: getattr(module, name) for name in SIGNATURES}
+        pyc_tail, state_key = module.PYC_TAIL, module.assertstate_key
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(pyc_tail, str) or any(_parameters(helpers[n]) != p for n, p in SIGNATURES.items()):
+        return None
+    return Rewriter(
+        pyc_tail,
+        state_key,
+        helpers["_rewrite_test"],
+        helpers["_write_pyc"],
+        helpers["_read_pyc"],
+        helpers["get_cache_dir"],
+        helpers["try_makedirs"],
+    )
+
+
+def _parameters(helper: Any) -> tuple[str, ...] | None:
+    """The names of ``helper``'s parameters, in order; None where it is no function one can read them of."""
+    try:
+        return tuple(inspect.signature(helper).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
 def modules_to_rewrite(config: pytest.Config) -> list[Path]:
@@ -56,9 +116,18 @@ def modules_under(paths: Iterable[Path], patterns: list[str]) -> list[Path]:
     found: set[Path] = set()
     for path in paths:
         for candidate in _python_files(path):
-            if candidate.name == "conftest.py" or any(fnmatch_ex(p, candidate) for p in patterns):
+            if candidate.name == "conftest.py" or any(_matches(p, candidate) for p in patterns):
                 found.add(candidate.resolve())
     return sorted(found)
+
+
+def _matches(pattern: str, path: Path) -> bool:
+    """Whether ``path`` matches a ``python_files`` ``pattern`` as pytest's ``fnmatch_ex`` matches it: its
+    name where the pattern names no folder, else its path's end. Here, not pytest's private helper: a
+    module matched otherwise than pytest would is only rewritten by the worker, or written unread."""
+    if os.sep not in pattern:
+        return fnmatch.fnmatch(path.name, pattern)
+    return fnmatch.fnmatch(str(path), pattern if os.path.isabs(pattern) else f"*{os.sep}{pattern}")
 
 
 def _python_files(path: Path) -> Iterator[Path]:
@@ -71,11 +140,13 @@ def _python_files(path: Path) -> Iterator[Path]:
 
 def rewrite_ahead(config: pytest.Config, modules: Iterable[Path]) -> int:
     """Write pytest's cached rewrite of each of ``modules`` that has none up to date, over the host's
-    cores; the number written. Nothing where Python may not write bytecode, as pytest itself, nor
-    where pytest does not rewrite asserts (``--assert=plain``)."""
-    if sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
+    cores; the number written. Nothing where Python may not write bytecode, as pytest itself, where
+    pytest does not rewrite asserts (``--assert=plain``), nor where this pytest's helpers are not those
+    this was written for (``pytest_rewriter``)."""
+    rewriter = pytest_rewriter()
+    if rewriter is None or sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
         return 0
-    todo = [m for m in modules if _read_pyc(m, cached_pyc(m)) is None]
+    todo = [m for m in modules if rewriter.read_pyc(m, rewriter.cached_pyc(m)) is None]
     cores = len(os.sched_getaffinity(0))
     if cores < 2 or len(todo) < 2 * cores:
         return _rewrite_each(config, todo)
@@ -97,14 +168,22 @@ def _rewrite_forked(modules: list[Path]) -> int:
 def _rewrite_each(config: pytest.Config, modules: list[Path]) -> int:
     """pytest's own rewrite of each module, written where and as pytest reads it (atomically: a worker
     that rewrites the same module at once, or reads it, never sees half a file); the number written."""
-    state = config.stash[assertstate_key]
+    rewriter = pytest_rewriter()
+    state = None if rewriter is None else config.stash.get(rewriter.state_key, None)
+    if rewriter is None or state is None:
+        return 0  # no assertion state: pytest is not rewriting this session
     written = 0
     for module in modules:
-        pyc = cached_pyc(module)
-        if not try_makedirs(pyc.parent):
+        pyc = rewriter.cached_pyc(module)
+        if not rewriter.makedirs(pyc.parent):
             continue  # a read-only tree: the workers rewrite it, as pytest would
-        source_hash, code = _rewrite_test(module, config)
-        written += _write_pyc(state, code, source_hash, pyc)
+        try:
+            source_hash, code = rewriter.rewrite_test(module, config)
+        except Exception:  # a module that does not compile: its worker's import reports it
+            continue
+        if not (isinstance(source_hash, bytes) and isinstance(code, CodeType)):
+            return written  # this pytest's rewrite answers in another form: left to the workers
+        written += rewriter.write_pyc(state, code, source_hash, pyc)
     return written
 
 
