@@ -14,7 +14,10 @@ regenerate it after a change that moves a scope's time much:
 on the whole suite: the table is rewritten with the run's scopes only (a run of 26 scopes left 26
 of the 137 listed).
 A scope the table lacks (a new module) is estimated at the table's mean seconds per test times its
-test count; a stale table costs only order, never a test. The scheduler ``conftest.py`` installs
+test count, and one it lists that the run does not collect (a deleted module) is passed over: a stale
+table costs the run only order (tests/test_scope_costs.py drives both through xdist's scheduler). One
+check is on the table itself: a listed module that no longer exists fails tests/test_scope_costs.py,
+so that the table names only what is there; remove its line. The scheduler ``conftest.py`` installs
 (``loadscope_longest_first``) orders the queue before each unit it hands out, so a scope put back by a
 worker that died goes out at its cost too, and ``--no-loadscope-reorder`` keeps the collection's order.
 """

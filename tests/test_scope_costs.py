@@ -109,10 +109,10 @@ COSTS = {
 }
 
 
-def _scheduled(reorder: bool) -> tuple[Any, _Worker, _Worker]:
-    """Two workers that collected ``COLLECTION``, their first units sent."""
+def _scheduled(reorder: bool, costs: dict[str, tuple[float, int]] = COSTS) -> tuple[Any, _Worker, _Worker]:
+    """Two workers that collected ``COLLECTION``, their first units sent, the queue priced by ``costs``."""
     scheduler = loadscope_longest_first(_Config(reorder))
-    scheduler.costs = COSTS
+    scheduler.costs = costs
     first, second = _Worker("gw0"), _Worker("gw1")
     for worker in (first, second):
         scheduler.add_node(worker)
@@ -147,3 +147,24 @@ def test_no_loadscope_reorder_keeps_the_collections_order() -> None:
 def test_every_module_listed_off_the_budgets_clock_is_a_test_module_of_the_planner() -> None:
     assert sorted(m for m in OFF_THE_CLOCK if not (ROOT / SOLVER_SCOPE / m).is_file()) == []
     assert all(m.startswith("test_") and m.endswith(".py") for m in OFF_THE_CLOCK)
+
+
+def test_a_new_module_goes_out_at_its_estimate_and_a_deleted_one_the_table_lists_is_passed_over() -> None:
+    """A stale table costs order, never a test of the run: a module added since it was measured (here
+    tests/e.py) is priced at the table's mean seconds per test times its tests (616 s over 14: 44 s,
+    after the planner's 100 s, before b's 10), and one it lists that the run no longer collects
+    (tests/deleted.py) is passed over; every test collected goes out once."""
+    stale = {scope: cost for scope, cost in COSTS.items() if scope != "tests/e.py"}
+    stale["tests/deleted.py"] = (500.0, 5)
+    scheduler, first, second = _scheduled(reorder=True, costs=stale)
+    assert _ids(first.sent) == PLANNER
+    assert _ids(second.sent)[:2] == ["tests/e.py::t", "tests/b.py::t"]
+    assert list(scheduler.workqueue) == ["tests/c.py", "tests/d.py"]
+    done: set[int] = set()
+    for _ in range(len(COLLECTION)):  # each worker finishing what it holds takes the next unit
+        for worker in (first, second):
+            for index in [i for i in worker.sent if i not in done]:
+                done.add(index)
+                scheduler.mark_test_complete(worker, index)
+    assert not scheduler.workqueue
+    assert sorted(_ids(first.sent + second.sent)) == sorted(COLLECTION)
