@@ -7,6 +7,8 @@ with the grid set back to 16, as each that reads the grid sets it itself.
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 import scheduler.policies.levels as levels_module
@@ -15,15 +17,22 @@ from scheduler.benchgen import bench_request
 from scheduler.planner import plan
 
 
-def test_the_1024_x_16_bench_plan_is_earlier_on_the_grid_than_on_a_coarser_one(
+def test_the_1024_x_16_bench_plans_are_earlier_on_the_grid_than_on_a_coarser_one_in_median(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Seed 0 on a frozen clock: 326.5 s at 1/64, 328.3 s at 1/32, 330.0 s at 1/16 (2 shared cores,
-    2026-12-07; seeds 0-4 average 1.0171 -> 1.0088 of the bound from 16 to 64, stair65)."""
-    batch = bench_request(1_024, 16, seed=0)
-    with clock.frozen():
-        grid = plan(batch, "cpsat").predicted_makespan_s
+    """Seeds 0-4 on a frozen clock, each plan's makespan over its bound, medians 1.0082 at 1/64, 1.0124
+    at 1/32, 1.0164 at 1/16 (helper tests67, 2026-12-07; stair65 measured the mean 1.0171 -> 1.0088
+    from 16 to 64). In median, not on every seed: seed 1 is 1.0216 at 1/32 against 1.0241 at 1/64, and
+    seed 4 1.0073 against 1.0074. Seed 0 alone stood here before: 326.3 s at 1/64, 328.3 at 1/32, 330.0
+    at 1/16."""
+    grid = _median_ratio(monkeypatch, levels_module.GRID)
     for coarser in (32, 16):
-        monkeypatch.setattr(levels_module, "GRID", coarser)
-        with clock.frozen():
-            assert grid < 0.998 * plan(batch, "cpsat").predicted_makespan_s, coarser
+        assert grid < 0.998 * _median_ratio(monkeypatch, coarser), coarser
+
+
+def _median_ratio(monkeypatch: pytest.MonkeyPatch, grid: int) -> float:
+    """The median over seeds 0-4 of the 1,024 x 16 bench plan's makespan over its bound at ``grid``."""
+    monkeypatch.setattr(levels_module, "GRID", grid)
+    with clock.frozen():
+        plans = [plan(bench_request(1_024, 16, seed=seed), "cpsat") for seed in range(5)]
+    return statistics.median(p.predicted_makespan_s / p.lower_bound_s for p in plans)

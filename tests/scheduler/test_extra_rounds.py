@@ -14,6 +14,7 @@ import scheduler.policies.bandsearch as bandsearch
 from scheduler import clock
 from scheduler.benchgen import bench_request
 from scheduler.planner import plan
+from scheduler.policies import cpsat as cpsat_module
 from scheduler.policies.base import Placement
 from scheduler.policies.lpt import lpt_start
 from scheduler.policies.lpt_assign import lpt_assignment
@@ -63,12 +64,22 @@ def test_with_less_than_half_the_budget_left_the_rounds_stop_at_two(monkeypatch:
     assert len(_rounds_with(monkeypatch, 0.99 * bandsearch.EXTRA_LEFT)) == bandsearch.ROUNDS
 
 
-def test_the_extra_rounds_never_make_the_plan_later(monkeypatch: pytest.MonkeyPatch) -> None:
-    with clock.frozen():
-        more = plan(BATCH, "cpsat")
-        monkeypatch.setattr(bandsearch, "EXTRA_ROUNDS", 0)
-        two = plan(BATCH, "cpsat")
-    assert more.predicted_makespan_s <= two.predicted_makespan_s
+def test_the_extra_rounds_never_make_the_rounds_plan_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds keep the best plan so far, so more of them never make it later: on seeds 0-4 equal on
+    3 and earlier on 2 (334.37 -> 334.28 s, 348.43 -> 348.17 s; seeds 0-9 none later, helper tests67).
+    With the plateau pass after them (``cpsat``'s ``lower``) on, the final plan can be later: the pass
+    starts from another plan (seed 2: 334.19 -> 334.24 s). It is off here, as in
+    tests/scheduler/test_above_others.py; seed 0 alone, where this test stood, was equal both ways."""
+    monkeypatch.setattr(cpsat_module, "lower", lambda *args, **kwargs: None)
+    gains = []
+    for seed in range(5):
+        batch = bench_request(1_024, 16, seed=seed)
+        with monkeypatch.context() as two_rounds, clock.frozen():
+            more = plan(batch, "cpsat").predicted_makespan_s
+            two_rounds.setattr(bandsearch, "EXTRA_ROUNDS", 0)
+            gains.append(plan(batch, "cpsat").predicted_makespan_s - more)
+    assert min(gains) >= 0.0, gains
+    assert max(gains) > 0.0, gains  # else the rounds past the second did nothing here
 
 
 def _with_quantiles(request: PlanRequest) -> PlanRequest:

@@ -1,10 +1,12 @@
 """cpsat realises its band counts with one worker per 32 moved from the lowest band up to where a
 queue run at once serves what the band model credits: the lowest band cannot realise the model's
-credit (docs/solver.md, step 3), and the plan that results is earlier on the bench batches."""
+credit (docs/solver.md, step 3), and the plan that results is earlier on the bench batches (seeds 0-4
+here, each one)."""
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import Any
 
 import pytest
@@ -101,16 +103,21 @@ def test_on_the_4096_x_32_bench_batch_the_rounds_place_one_worker_fewer_at_the_l
     assert sorted(shifted) != sorted(own)
 
 
-def test_the_shift_makes_the_4096_x_32_bench_plan_earlier(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Seed 0 again: with band edges every 1/64 of the longest length (``levels.GRID``) the shift gains
-    # 0.21-0.98% on seeds 0-9 (seed 0 0.43%, seed 2 0.25%); at 1/16, seed 0's gain had fallen under
-    # 0.3% once the rounds planned a worker past its slots at its kind's waves slowdown, and seed 2 was
-    # used (docs/experiments.md, Solver, 2026-12-05 "solver4k"; helper grid65, 2026-12-07)
-    with clock.frozen():
-        shifted = plan(BATCH, "cpsat")
-        monkeypatch.setattr(lowband, "PER_WORKERS", 10**9)
-        own = plan(BATCH, "cpsat")
-    assert shifted.predicted_makespan_s < 0.997 * own.predicted_makespan_s  # 446.8 -> 444.9 s
+def test_the_shift_makes_the_4096_x_32_bench_plans_earlier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On every one of seeds 0-4, by 0.3% or more in median: 0.39, 0.71, 0.32, 0.16, 0.91% (seeds 0-9
+    all earlier, 0.10-0.91%: helper tests67, 2026-12-07, ``levels.GRID`` 64, ``kvpeak.PEAK_MARGIN`` 0).
+    Seed 0 alone stood here before (446.8 -> 444.9 s); at 1/16, seed 0's gain had fallen under 0.3%
+    once the rounds planned a worker past its slots at its kind's waves slowdown (docs/experiments.md,
+    Solver, 2026-12-05 "solver4k"; helper grid65, 2026-12-07)."""
+    gains = []
+    for seed in range(5):
+        batch = bench_request(4_096, 32, seed=seed)
+        with monkeypatch.context() as unshifted, clock.frozen():
+            shifted = plan(batch, "cpsat").predicted_makespan_s
+            unshifted.setattr(lowband, "PER_WORKERS", 10**9)
+            gains.append(1.0 - shifted / plan(batch, "cpsat").predicted_makespan_s)
+    assert min(gains) > 0.0, gains
+    assert statistics.median(gains) >= 0.003, gains
 
 
 def test_with_prefix_affinity_the_rounds_keep_the_band_models_counts(monkeypatch: pytest.MonkeyPatch) -> None:
