@@ -50,12 +50,16 @@ def test_a_worker_past_its_slots_is_estimated_at_its_waves_scale() -> None:
 def test_the_4096_x_32_bench_plan_is_earlier_where_the_at_once_ascends_are_planned_as_waves_past_their_slots(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """One batch, picked: seed 7, where round 1 runs the 8,190-step Ascends at once, and the waves scale
+    makes the plan 0.1% earlier or more. Not a gain on the bench batches in general: of seeds 0-9 it
+    changes 3 plans (seed 7 +0.19%, seed 5 +0.007%, seed 0 -0.002%) and leaves 7 as they were (helper
+    tests67, 2026-12-07); a worker past its slots at its waves scale is the rule's own test above."""
     batch = bench_request(4_096, 32, seed=7, time_budget_s=0.25)  # round 1: the 8,190-step Ascends at once
     with clock.frozen():
         kept = plan(batch, "cpsat")
         monkeypatch.setattr(bandsearch, "in_waves", lambda problem, assignment, scale, tiers, kinds: scale)
         unaware = plan(batch, "cpsat")
-    assert kept.predicted_makespan_s < 0.999 * unaware.predicted_makespan_s  # 394.9 -> 394.0 s
+    assert kept.predicted_makespan_s < 0.999 * unaware.predicted_makespan_s  # 390.71 -> 389.97 s
 
 
 def test_a_round_repeats_another_only_where_its_scale_past_the_slots_is_the_same_too() -> None:
