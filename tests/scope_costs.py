@@ -49,6 +49,7 @@ OFF_THE_CLOCK: frozenset[str] = frozenset(
         "test_above_others.py",
         "test_admission.py",
         "test_balance.py",
+        "test_band_grid.py",
         "test_bar_draws_in_hand.py",
         "test_bar_plans_late.py",
         "test_bar_priced.py",
