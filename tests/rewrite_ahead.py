@@ -13,7 +13,7 @@ Where Python may not write bytecode (``PYTHONDONTWRITEBYTECODE``), pytest writes
 this: each worker then rewrites for itself, as before. ``make test`` lets Python write it (the Makefile).
 
 The rewrite and its cache are pytest's private helpers (``_pytest.assertion.rewrite``), which change between
-releases (9.x reads a source hash where 8.x read a stat). They are reached through ``pytest_rewriter``, which
+releases (9.x reads a source hash where 8.x read a stat). They are reached through ``rewrite_helpers``, which
 checks each one's parameters against those this was written for: where one is missing or takes others, it
 answers None and nothing is written ahead, so each worker rewrites for itself, as pytest does without this:
 slower, never broken. A module that does not compile is left to the worker too, whose import reports it as
@@ -73,7 +73,7 @@ def _import(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-def pytest_rewriter() -> Rewriter | None:
+def rewrite_helpers() -> Rewriter | None:
     """pytest's rewrite helpers where this pytest has each of them with the parameters in ``SIGNATURES``,
     else None: writing ahead is then left undone, the workers rewriting as they would without it."""
     try:
@@ -142,8 +142,8 @@ def rewrite_ahead(config: pytest.Config, modules: Iterable[Path]) -> int:
     """Write pytest's cached rewrite of each of ``modules`` that has none up to date, over the host's
     cores; the number written. Nothing where Python may not write bytecode, as pytest itself, where
     pytest does not rewrite asserts (``--assert=plain``), nor where this pytest's helpers are not those
-    this was written for (``pytest_rewriter``)."""
-    rewriter = pytest_rewriter()
+    this was written for (``rewrite_helpers``)."""
+    rewriter = rewrite_helpers()
     if rewriter is None or sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
         return 0
     todo = [m for m in modules if rewriter.read_pyc(m, rewriter.cached_pyc(m)) is None]
@@ -168,7 +168,7 @@ def _rewrite_forked(modules: list[Path]) -> int:
 def _rewrite_each(config: pytest.Config, modules: list[Path]) -> int:
     """pytest's own rewrite of each module, written where and as pytest reads it (atomically: a worker
     that rewrites the same module at once, or reads it, never sees half a file); the number written."""
-    rewriter = pytest_rewriter()
+    rewriter = rewrite_helpers()
     state = None if rewriter is None else config.stash.get(rewriter.state_key, None)
     if rewriter is None or state is None:
         return 0  # no assertion state: pytest is not rewriting this session

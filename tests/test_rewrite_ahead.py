@@ -19,15 +19,15 @@ from tests.rewrite_ahead import (
     is_xdist_controller,
     modules_to_rewrite,
     modules_under,
-    pytest_rewriter,
     rewrite_ahead,
+    rewrite_helpers,
 )
 
 pytest_plugins = ("pytester",)
 
 # pytest's own helpers, where this pytest has them as tests/rewrite_ahead.py calls them; the tests that
 # read its cache back skip where it has not (and rewrite_ahead writes nothing there: the seam's tests).
-REWRITER = pytest_rewriter()
+REWRITER = rewrite_helpers()
 needs_rewriter = pytest.mark.skipif(
     REWRITER is None, reason="this pytest's rewrite helpers differ: none written"
 )
@@ -216,7 +216,7 @@ def test_where_pytests_private_module_cannot_be_imported_nothing_is_written_and_
     pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(rewrite_ahead_module, "_import", _shut)
-    assert pytest_rewriter() is None
+    assert rewrite_helpers() is None
     assert _nothing_written(pytestconfig, tmp_path, monkeypatch)
 
 
@@ -227,7 +227,7 @@ def test_where_a_helper_is_gone_nothing_is_written(
     helpers = _Helpers()
     delattr(helpers, gone)
     _door(monkeypatch, helpers)
-    assert pytest_rewriter() is None
+    assert rewrite_helpers() is None
     assert _nothing_written(pytestconfig, tmp_path, monkeypatch)
 
 
@@ -241,7 +241,7 @@ def test_where_a_helper_takes_other_parameters_nothing_is_written(
 
     helpers._write_pyc = _write_pyc  # type: ignore[attr-defined]
     _door(monkeypatch, helpers)
-    assert pytest_rewriter() is None
+    assert rewrite_helpers() is None
     assert _nothing_written(pytestconfig, tmp_path, monkeypatch)
 
 
@@ -251,7 +251,7 @@ def test_where_a_helper_is_no_function_nothing_is_written(
     helpers = _Helpers()
     helpers._rewrite_test = 3  # type: ignore[attr-defined]
     _door(monkeypatch, helpers)
-    assert pytest_rewriter() is None
+    assert rewrite_helpers() is None
     assert _nothing_written(pytestconfig, tmp_path, monkeypatch)
 
 
@@ -268,7 +268,7 @@ def test_where_the_rewrite_answers_in_another_form_nothing_is_written(
 
     helpers._rewrite_test = _rewrite_test  # type: ignore[attr-defined]
     _door(monkeypatch, helpers)
-    assert pytest_rewriter() is not None  # its parameters are those expected: its answer is not
+    assert rewrite_helpers() is not None  # its parameters are those expected: its answer is not
     assert _nothing_written(pytestconfig, tmp_path, monkeypatch)
 
 
