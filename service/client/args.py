@@ -19,6 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# The longest HTTP timeout a client takes (31 years): a socket's timeout, and a lock's, is held in
+# nanoseconds in 64 bits (2^63 ns, about 9.2e9 s: ``threading.TIMEOUT_MAX``), with a long poll's wait
+# added to it (30 s at most, ``SchedulerClient._timeout_until``). Past it every request raised the
+# socket's ``OverflowError`` (review67).
+MAX_TIMEOUT_S = 1e9
+
 
 def kind(value: object) -> str:
     """The name of ``value``'s type, as a ``TypeError`` says what it got."""
@@ -78,12 +84,13 @@ def seconds(name: str, value: object) -> float:
 
 
 def http_timeout(name: str, value: object) -> float:
-    """``seconds``, finite and above 0: the client's HTTP timeout, which each ``schedule`` also sends
-    in milliseconds as its deadline (``DEADLINE_HEADER``). An infinite one was taken, and every
-    ``schedule`` then raised ``OverflowError`` converting it to an integer; ``wait``'s own
-    ``timeout_s`` may be infinite (``None`` says so too)."""
-    if not 0 < (as_float := seconds(name, value)) < math.inf:
-        raise ValueError(f"{name}={as_float!r}: expected a finite number of seconds above 0")
+    """``seconds``, above 0 and at most ``MAX_TIMEOUT_S``: the client's HTTP timeout, which each
+    ``schedule`` also sends in milliseconds as its deadline (``DEADLINE_HEADER``). An infinite one
+    was taken, and every ``schedule`` then raised ``OverflowError`` converting it to an integer; one
+    past what a socket can be given (``1e10``) raised the socket's ``OverflowError`` on every request.
+    ``wait``'s own ``timeout_s`` may be infinite (``None`` says so too): it bounds no socket."""
+    if not 0 < (as_float := seconds(name, value)) <= MAX_TIMEOUT_S:
+        raise ValueError(f"{name}={as_float!r}: expected a number of seconds above 0, at most 1e9 (31 years)")
     return as_float
 
 
