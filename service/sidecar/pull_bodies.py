@@ -134,4 +134,5 @@ class AboveCapError(ValueError):
 
     def __init__(self, output_tokens: int, cap: int) -> None:
         self.output_tokens = output_tokens
-        super().__init__(f"output_tokens={output_tokens}: must be <= the item's max_new_tokens={cap}")
+        self.words = f"must be <= the item's max_new_tokens={cap}"  # its ``errors[]`` message
+        super().__init__(f"output_tokens={output_tokens}: {self.words}")

@@ -121,9 +121,11 @@ def _invalid(exc: Exception) -> dict[str, Any]:
 
 
 def _above_cap(exc: Exception) -> dict[str, Any]:
-    """A ``/done`` past its item's cap, led and located as a refused body field is (``_invalid``)."""
+    """A ``/done`` past its item's cap, led, located and listed as a refused body field is
+    (``_invalid``): ``errors[]`` too, which docs/sidecar.md gives every 422 (it had none: review67)."""
     assert isinstance(exc, AboveCapError)
-    return {"error": str(exc), "field": "output_tokens", "value": echo(exc.output_tokens)}
+    fault = {"field": "output_tokens", "message": exc.words, "type": "value_error"}
+    return {"error": str(exc), "field": "output_tokens", "value": echo(exc.output_tokens), "errors": [fault]}
 
 
 class _Answer(JSONResponse):
