@@ -29,10 +29,12 @@ def test_a_model_cp_sat_rejects_is_logged_as_an_error_with_its_reason(
 
 
 def test_a_solvable_model_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """A limit of seconds, not 10 ms: the model solves in microseconds, but at host load 28 a 10 ms limit
+    ran out before CP-SAT's presolve (review67), and a limit is not what this test is about."""
     model = cp_model.CpModel()
     model.minimize(model.new_int_var(3, 9, "T"))
     with caplog.at_level(logging.DEBUG, logger="scheduler.policies.sat"):
-        assert solve(new_solver(0.01, 0), model, "repair") == cp_model.OPTIMAL
+        assert solve(new_solver(5.0, 0), model, "repair") == cp_model.OPTIMAL
     assert not caplog.records
 
 
