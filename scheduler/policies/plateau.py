@@ -68,10 +68,12 @@ class _Pass:
             if len(caches) > 1 and problem.costs[w].kv_capacity_tokens == min(caches)
         }
 
-    def play(self, w: int, items: list[int]) -> tuple[list[int], float]:
-        """``items`` in ``w``'s best order, and its finish (one play, counted)."""
+    def play(self, w: int, items: list[int], late: float) -> tuple[list[int], float]:
+        """``items`` in ``w``'s best order, and its finish (one play, counted), where that is before
+        ``late``; else a value of at least ``late``: the move is refused then, and its plays stop
+        there (``ordering.best_order``'s ``limit``)."""
         self.plays += 1
-        return best_order(self.problem, items, self.problem.costs[w], self.reserve)
+        return best_order(self.problem, items, self.problem.costs[w], self.reserve, late)
 
     def may(self, unit: int, w: int) -> bool:
         """Whether ``w`` may take ``unit``: one set per distinct ``allowed`` tuple, where a tuple's ``in``
@@ -154,11 +156,11 @@ class _Pass:
     def _tried(self, worst: int, r: int, i: int, j: int | None, late: float) -> bool:
         """Play the move (or swap) of ``i`` (for ``j``) from ``worst`` to ``r``; keep it where both end
         before ``late``."""
-        order_r, finish_r = self.play(r, [q for q in self.queues[r] if q != j] + [i])
+        order_r, finish_r = self.play(r, [q for q in self.queues[r] if q != j] + [i], late)
         if finish_r >= late:
             return False
         back = [j] if j is not None else []
-        order_w, finish_w = self.play(worst, [q for q in self.queues[worst] if q != i] + back)
+        order_w, finish_w = self.play(worst, [q for q in self.queues[worst] if q != i] + back, late)
         if finish_w >= late:
             return False
         self.queues[r], self.finish[r] = order_r, finish_r
