@@ -56,8 +56,9 @@ def worker_finish(
 
     Items are taken in the given order; every item must fit the KV cache on its own (validated).
     The clock only grows, so once it reaches ``stop_at`` the finish cannot come sooner: the play
-    stops there and returns that clock (>= ``stop_at``), which is all a caller comparing candidate
-    orders against the best so far needs.
+    stops there, or sooner where the clock plus a lower bound of the work left already passes it
+    (``scheduler.finish_loops``), and returns a value of at least ``stop_at`` and at most the
+    finish, which is all a caller comparing candidate orders against the best so far needs.
     """
     if reserve:
         return reserve_finish(cost, prompts, steps, stop_at)

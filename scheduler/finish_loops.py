@@ -10,6 +10,11 @@ arithmetic in the same order, so the same clock to the last bit (property tests 
 A run of decode steps is ``stepsum.decode_time`` written out where one term leads the whole run (all
 but ~0.3% of events; the rest call it), and a prefill ``WorkerCost.prefill_time``, on the cost's
 fields read once a play: that cut a cpsat band round's ordering by ~14% at 4,096 x 32.
+
+A play stopped at a bound (``stop_at``: the best order so far, the plateau pass's latest finish)
+ends as soon as its clock plus a lower bound of the work left (``_sure``) passes the bound, and
+reports that sum: at least the bound, at most the finish. Below the bound every play is the whole
+play, to the last bit; the loops keep the work left as exact integers beside the clock.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ def prompt_only_finish(
     clock, step, batch, offset, token, blocked = 0.0, 0, 0, 0, 0, False
     check_at, totals = _bounded(prompts, steps, stop_at)
     spent_kv = spent_tokens = fed = 0  # KV-token-steps and tokens decoded, prompt tokens prefilled
-    last_end = 0  # at least every running item's end step, and at most the latest's (``_longest_left``)
+    last_end = 0  # the latest running item's end step or less, -1 once that item is preempted
+    # (``_longest_left`` finds it again): an admission after that keeps only its own
     gone = (-1, 0)
     heappush, heappop, popleft, alive_get, admit = (
         heapq.heappush,
@@ -61,9 +67,9 @@ def prompt_only_finish(
                 popleft()
                 token += 1
                 alive[item] = (token, step)
-                end = step + steps[item]
-                heappush(heap, (end, token, item))
-                last_end = end if end > last_end else last_end
+                ends = step + steps[item]
+                heappush(heap, (ends, token, item))
+                last_end = ends if ends > last_end else last_end
                 admit((token, item))
                 batch += 1
                 offset += prompts[item] - step
@@ -187,9 +193,9 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
                 left = remaining[item]
                 add(step + left, prompts[item] - step)
                 held_bound = min(held_bound + prompts[item] + left, cap)
-                end = step + steps[item]
-                heapq.heappush(heap, (end, token, item))
-                last_end = end if end > last_end else last_end
+                ends = step + steps[item]
+                heapq.heappush(heap, (ends, token, item))
+                last_end = ends if ends > last_end else last_end
                 stack.append((token, item))
                 batch += 1
                 offset += prompts[item] - step

@@ -6,13 +6,14 @@ import dataclasses
 import math
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import finish as finish_module
 from scheduler import finish_loops
 from scheduler.admission import RunningPeak
-from scheduler.costmodel import worker_cost
+from scheduler.costmodel import WorkerCost, worker_cost
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
 from scheduler.stepsum import decode_time
@@ -32,7 +33,9 @@ def test_worker_finish_is_the_method_by_method_worker_model_to_the_last_bit(
     queue: list[tuple[int, int]], kind: str, slots: int, capacity: int, reserve: bool, share: float
 ) -> None:
     # the planner's plays run the loops; the class states the rules one method each: every event,
-    # skipped test and wait search must agree, and a play stopped at a bound stops at the same clock
+    # skipped test and wait search must agree. A play stopped at a bound the class reaches only with
+    # its clock; the loops may stop sooner, on the work left (``finish_loops._sure``), and then
+    # report at least the bound and at most the finish. One the bound never reaches is the whole play
     worker = Worker("w", device_profile(kind), max_num_seqs=slots, kv_capacity_tokens=capacity)
     cost = worker_cost(worker, model_preset("7b"))
     prompts, steps = [p for p, _ in queue], [n for _, n in queue]
@@ -40,7 +43,11 @@ def test_worker_finish_is_the_method_by_method_worker_model_to_the_last_bit(
     assert worker_finish(cost, prompts, steps, reserve) == full
     bound = share * full
     stopped = finish_module._WorkerRun(cost, prompts, steps, reserve).run(bound)
-    assert worker_finish(cost, prompts, steps, reserve, stop_at=bound) == stopped
+    played = worker_finish(cost, prompts, steps, reserve, stop_at=bound)
+    if stopped < bound:
+        assert played == stopped == full
+    else:
+        assert bound <= played <= full
 
 
 def test_a_queue_in_waves_under_kv_admission_plays_as_the_method_by_method_model() -> None:
@@ -119,3 +126,57 @@ def test_a_decode_run_whose_lead_changes_midway_sums_as_the_cost_model_does() ->
                 finish_module._WorkerRun(cost, prompts, steps, reserve).run()
             )
         assert summed.call_count == 1  # the case is reached, once, in either loop
+
+
+def _crowded_910b() -> tuple[WorkerCost, list[int], list[int]]:
+    """A cache-bound queue: a 910B whose cache holds a few of its 150 items at once, longest first
+    (the order that preempts most), as the plateau pass's tail workers play."""
+    cost = worker_cost(
+        Worker("w", device_profile("Ascend910B"), max_num_seqs=64, kv_capacity_tokens=60_000),
+        model_preset("7b"),
+    )
+    prompts = [200 + (37 * k) % 600 for k in range(150)]
+    steps = sorted((300 + (911 * k) % 9_000 for k in range(150)), reverse=True)
+    return cost, prompts, steps
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+@pytest.mark.parametrize("share", [0.3, 0.8, 0.97, 1.0, 1.03])
+def test_a_play_stopped_on_the_work_left_reports_at_least_its_bound_and_at_most_its_finish(
+    reserve: bool, share: float
+) -> None:
+    # the loops stop where the clock plus a lower bound of the work left passes the bound: before
+    # the clock gets there (a value the class's clock at the bound is not), never below the bound,
+    # never past the finish, and a bound at or past the finish gets the whole play
+    cost, prompts, steps = _crowded_910b()
+    full = worker_finish(cost, prompts, steps, reserve)
+    bound = share * full
+    played = worker_finish(cost, prompts, steps, reserve, stop_at=bound)
+    if share >= 1.0:  # at least the bound, at most the finish: the finish
+        assert played == full
+    else:
+        assert bound <= played <= full
+        assert played != finish_module._WorkerRun(cost, prompts, steps, reserve).run(bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.integers(0, 1_500)), min_size=1, max_size=80),
+    st.integers(1, 64),
+    st.integers(1_900, 12_000),
+    st.booleans(),
+)
+def test_the_bound_of_the_work_left_is_at_most_the_whole_play(
+    queue: list[tuple[int, int]], slots: int, capacity: int, reserve: bool
+) -> None:
+    # ``_sure`` at the start (nothing decoded or prefilled) is a lower bound of the play's finish in
+    # any order: what lets a stopped play report a value, not a clock, and never a false one
+    cost = worker_cost(
+        Worker("w", device_profile("Ascend910B"), max_num_seqs=slots, kv_capacity_tokens=capacity),
+        model_preset("7b"),
+    )
+    prompts, steps = [p for p, _ in queue], [n for _, n in queue]
+    _, (kv, tokens, prompt) = finish_loops._bounded(prompts, steps, 1.0)
+    assert finish_loops._sure(cost, 0.0, kv, tokens, prompt, max(steps)) <= worker_finish(
+        cost, prompts, steps, reserve
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from scheduler.benchgen import heavy_tailed_batch, mixed_inventory
 from scheduler.devices import device_profile, model_preset
 from scheduler.finish import worker_finish
 from scheduler.planner import plan
+from scheduler.policies import ordering
 from scheduler.policies.lpt_assign import lpt_assignment
 from scheduler.policies.ordering import (
     CANDIDATES,
@@ -144,3 +146,67 @@ def test_where_the_cache_holds_few_long_items_the_last_worker_mixes_lengths_and_
     lpt = plan(request, "lpt").predicted_makespan_s
     assert lpt < plan(request, "round_robin").predicted_makespan_s
     assert lpt < 0.7 * sorted_best
+
+
+def _every_candidate(problem: Problem, items: list[int], w: int, reserve: bool) -> tuple[list[int], float]:
+    """The candidates played in full in their listed order, the first of the fastest kept: what
+    ``best_order`` chooses, whatever it plays first or stops early."""
+    cost = problem.costs[w]
+    played = [
+        (problem.played(cost, order, reserve), order)
+        for order in (c(problem, items, cost) for c in CANDIDATES[reserve])
+    ]
+    finish = min(f for f, _ in played)
+    return next(order for f, order in played if f == finish), finish
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_best_order_is_the_first_fastest_candidate_and_a_limit_changes_it_only_past_the_limit(
+    reserve: bool, seed: int
+) -> None:
+    # best_order plays longest-first last and stops each play where it cannot win (plateau's
+    # limit, the best so far); the choice is still the fastest candidate, the earlier of equals,
+    # and below the limit the same order and finish; at or past it, a value of at least the limit
+    problem = _with_admission(512, 2, seed, 8_000.0) if reserve else _kv_bound(512, 2, seed, 8_000.0)[0]
+    queues, _ = order_queues(problem, lpt_assignment(problem), reserve)
+    for w, queue in enumerate(queues):
+        items, cost = list(queue), problem.costs[w]
+        if all_at_once_finish(cost, *problem.lengths(items), reserve) is not None:
+            continue
+        order, finish = _every_candidate(build_problem_like(problem), items, w, reserve)
+        assert best_order(build_problem_like(problem), items, cost, reserve) == (order, finish)
+        for share in (0.9, 1.0, 1.01):
+            limited = best_order(build_problem_like(problem), items, cost, reserve, share * finish)
+            if finish < share * finish:
+                assert limited == (order, finish)
+            else:
+                assert limited[1] >= share * finish
+
+
+def build_problem_like(problem: Problem) -> Problem:
+    """``problem`` with empty play memos: each call plays afresh, as a new plan would."""
+    return replace(problem)
+
+
+def test_among_equal_candidates_the_first_listed_wins_though_played_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # equal items: every order finishes alike, and the first candidate listed (played last, stopped
+    # just past the best) is kept, as ``_played`` keeps it; here it is the only one that reverses
+    def reversed_order(problem: Problem, items: list[int], cost: object) -> list[int]:
+        return items[::-1]
+
+    def as_given(problem: Problem, items: list[int], cost: object) -> list[int]:
+        return list(items)
+
+    monkeypatch.setitem(ordering.CANDIDATES, False, (reversed_order, as_given, as_given, as_given))
+    worker = Worker("w", device_profile("Ascend910B"), max_num_seqs=8, kv_capacity_tokens=20_000)
+    request = PlanRequest(
+        tuple(Trajectory(f"t{i}", 0, 300, 4_000, 4_000.0) for i in range(40)),
+        Inventory((worker,), model_preset("7b")),
+    )
+    problem = build_problem(request)
+    items, cost = list(range(40)), problem.costs[0]
+    assert all_at_once_finish(cost, *problem.lengths(items), False) is None  # the candidates are played
+    assert best_order(problem, items, cost, False)[0] == items[::-1]

@@ -7,8 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies import plateau
+from scheduler.policies.ordering import best_order
 from scheduler.policies.plateau import lower
 from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
@@ -71,3 +73,43 @@ def test_a_level_plan_is_returned_as_none() -> None:
     problem = build_problem(replace(_request(), trajectories=_request().trajectories[:8]))
     queues = ((0, 1), (2, 3), (4, 5), (6, 7))  # equal units, two each: no move or swap ends sooner
     assert lower(problem, queues, problem.finishes(queues, reserve=False), False, math.inf) is None
+
+
+def test_plays_stopped_at_the_latest_finish_keep_the_moves_of_plays_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # each play of a try stops where it cannot end before the latest worker (``best_order``'s
+    # limit): the move is refused there anyway. The 910Bs' small caches crowd, so their plays are
+    # played, not closed forms, and some end past the limit; the pass keeps what full plays keep
+    workers = (
+        Worker("h", device_profile("H100"), max_num_seqs=64),
+        *(
+            Worker(f"a{i}", device_profile("Ascend910B"), max_num_seqs=32, kv_capacity_tokens=40_000)
+            for i in range(3)
+        ),
+    )
+    units = [Trajectory(f"p{i}", 0, 200 + 53 * i % 400, 9_000, 1_000.0 + 97 * i % 6_000) for i in range(120)]
+    problem = build_problem(PlanRequest(tuple(units), Inventory(workers, model_preset("7b"))))
+    queues = (tuple(range(80)), tuple(range(80, 93)), tuple(range(93, 106)), tuple(range(106, 120)))
+    finishes = problem.finishes(queues, reserve=False)
+    limits: list[tuple[float, float]] = []
+
+    def spied(
+        problem: Problem, items: list[int], cost: WorkerCost, reserve: bool, limit: float = math.inf
+    ) -> tuple[list[int], float]:
+        order, finish = best_order(problem, items, cost, reserve, limit)
+        limits.append((finish, limit))
+        return order, finish
+
+    monkeypatch.setattr(plateau, "best_order", spied)
+    stopped = lower(problem, queues, finishes, False, math.inf)
+    assert any(finish >= limit for finish, limit in limits)  # some tries were refused at the limit
+
+    def in_full(
+        problem: Problem, items: list[int], cost: WorkerCost, reserve: bool, limit: float = math.inf
+    ) -> tuple[list[int], float]:
+        return best_order(replace(problem), items, cost, reserve)
+
+    monkeypatch.setattr(plateau, "best_order", in_full)
+    assert stopped is not None
+    assert lower(replace(problem), queues, finishes, False, math.inf) == stopped
