@@ -136,10 +136,11 @@ def _fastest(
 
     Why. The plateau pass (``plateau``) asks only whether a queue ends before the latest worker
     (``limit``), and its plays were 95% of the pass, which its deadline cuts live at 4,096 x 32. On
-    a crowded queue longest-first preempts most: in the pass's 73 searched queues (4,096 x 32,
-    seeds 0-4) its play cost 2-3.5 ms against ~1 ms for each other candidate, and it was the
-    fastest in none, so played last it stops at the best of the others. A candidate played before
-    the best so far wins a tie, as in ``_played``, so it is stopped just past that best.
+    a crowded queue longest-first preempts most: in the pass's 73 searched queues (4,096 x 32, seeds
+    0-4; docs/experiments.md, plays67) its play cost 2-3.5 ms against 0.9-2.9 ms for each other
+    candidate, and it was the fastest in none. Played last, it stops at the best of the others,
+    mostly early on the work left (``scheduler.finish_loops``). A candidate played before the best
+    so far wins a tie, as in ``_played``, so it is stopped just past that best.
     """
     _, *others = CANDIDATES[reserve]
     ranked = [(rank, candidate(problem, items, cost)) for rank, candidate in enumerate(others, 1)]

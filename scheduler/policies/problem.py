@@ -129,7 +129,8 @@ class Problem:
         for. On the long chain-of-thought headline's 6-step replay that was 0.2-0.7 s of a 3-9 s
         plan (steps 0-2, docs/experiments.md). A kept full play answers every bound (its finish,
         or at least the bound when it ends past it); a play stopped at a bound answers a bound no
-        later than the clock it stopped at.
+        later than the value it reported (its clock, or sooner the clock plus a lower bound of the
+        work left: ``scheduler.finish_loops``), which is at most its finish.
         """
         key = (cost, tuple(queue), reserve)
         known = self.plays.get(key)
