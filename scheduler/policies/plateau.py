@@ -11,9 +11,12 @@ latest worker did. Repeated on whichever worker is latest, the whole plateau com
 1.0216 on seed 0 within 32 plays.
 
 Cost. Each try is one or two plays: 0.1-0.2 ms on a worker whose queue runs at once, 2-6 ms on a
-cache-bound one. The pass stops after ``MAX_PLAYS`` plays (what an idle host's plan has left of the
-4,096 x 32 budget) or at its deadline, whichever comes first, so a frozen-clock replay runs it as far
-as an idle host would. Where caches differ, a worker of the smallest cache is offered only units no
+cache-bound one. The pass stops when no move on the latest worker is kept, at its deadline, or
+after ``MAX_PLAYS`` plays (what an idle host's plan has left of the 4,096 x 32 budget) where less than
+a second is left: with more time left (the 1 s budgets hand back ~600 ms at 16,384 x 128) it may go
+on to ``PLAYS_PER_S`` plays a second left, those past ``MAX_PLAYS`` started only in the first
+``EXTRA_SHARE`` of the time (``_Budget``). Counts bound it under a frozen clock, so a replay runs it as
+far as an idle host would. Where caches differ, a worker of the smallest cache is offered only units no
 longer than its own longest: a longer one makes it cache-bound at once, and those tries were most of
 the plays and never kept. Units of several trajectories (prefix affinity) are left alone: the pass
 returns None, the plan as it was.
@@ -21,6 +24,7 @@ returns None, the plan as it was.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -31,6 +35,11 @@ from scheduler.policies.problem import Problem
 
 MAX_PLAYS = 32  # plays per pass at most (seed 0 at 4,096 x 32: 26 plays took the plateau from 1.0247
 # to 1.0216; plateau66)
+PLAYS_PER_S = 128  # a pass started with more than MAX_PLAYS / PLAYS_PER_S seconds left may play this
+# many a second of it (1 s budgets: 125 frozen; at 16,384 x 128 seeds 2-4 1.0251/1.0308/1.0280 ->
+# 1.0248/1.0294/1.0279, 32,768 x 256 median 1.0267 -> 1.0265; docs/experiments.md, reach67)
+EXTRA_SHARE = 0.5  # plays past MAX_PLAYS start only within this share of the time left at the pass's
+# start: the rest goes back to the plan (16,384 x 128's p95 stays well inside its budget)
 TRIES = 3  # candidate moves (or swaps) tried per (latest, receiver) pair
 FIT = 0.9  # a candidate's share of the receiver's finish must fit this fraction of the gap
 
@@ -44,6 +53,22 @@ class _Sorted(NamedTuple):
     lightest: float  # the least KV-token-steps of an item
 
 
+class _Budget(NamedTuple):
+    """How far a pass may go (module doc): its play cap, and the time by which a play past
+    ``MAX_PLAYS`` must start."""
+
+    cap: float
+    extra_end: float
+
+    @classmethod
+    def left(cls, deadline: float) -> _Budget:
+        """The budget of a pass starting now with ``deadline``: ``PLAYS_PER_S`` plays a second left, at
+        least ``MAX_PLAYS``; on a frozen clock a count of the whole budget, as an idle host's."""
+        start = clock.now()
+        left = max(0.0, deadline - start)
+        return cls(max(float(MAX_PLAYS), PLAYS_PER_S * left), start + EXTRA_SHARE * left)
+
+
 class _Pass:
     """One pass's queues, finishes and play count (``lower``)."""
 
@@ -54,6 +79,7 @@ class _Pass:
         self.queues = [list(q) for q in queues]
         self.finish = list(finishes)
         self.plays = 0
+        self.budget = _Budget(float(MAX_PLAYS), math.inf)  # ``lower`` sets it from the deadline
         self.longest = 0.0  # the longest try so far (two plays): none starts that would end past the
         # deadline at that pace (checked only at a try's start, passes ran 10-28 ms past it live)
         kv = problem.kv_steps  # per trajectory, so per unit: the pass takes single units only
@@ -145,13 +171,21 @@ class _Pass:
                     return False  # offers of 255 receivers, checked only before a play, overran it
                 for i, j in self.offered(worst, r, swap):
                     started = clock.now()
-                    if self.plays + 2 > MAX_PLAYS or started + self.longest >= deadline:
+                    if self._spent(started, deadline):
                         return False
                     kept = self._tried(worst, r, i, j, late)
                     self.longest = max(self.longest, clock.now() - started)
                     if kept:
                         return True
         return False
+
+    def _spent(self, started: float, deadline: float) -> bool:
+        """Whether a try (two plays, ``longest`` at the pace so far) starting at ``started`` may not:
+        past the cap, or ending past the deadline, or past ``MAX_PLAYS`` and the budget's extra end."""
+        plays, end = self.plays + 2, started + self.longest
+        return (
+            plays > self.budget.cap or end >= deadline or (plays > MAX_PLAYS and end >= self.budget.extra_end)
+        )
 
     def _tried(self, worst: int, r: int, i: int, j: int | None, late: float) -> bool:
         """Play the move (or swap) of ``i`` (for ``j``) from ``worst`` to ``r``; keep it where both end
@@ -185,6 +219,7 @@ def lower(
         # units are as many as the trajectories only where each is one: ``Problem.units``)
         return None
     state = _Pass(problem, queues, finishes, reserve)
+    state.budget = _Budget.left(deadline)
     kept = 0
     while state.step(deadline):
         kept += 1

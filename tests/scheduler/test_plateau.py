@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
+from scheduler import clock
 from scheduler.costmodel import WorkerCost
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies import plateau
@@ -51,9 +54,55 @@ def test_the_pass_stops_at_its_plays(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = build_problem(_request())
     queues, finishes = _crowded(problem)
     monkeypatch.setattr(plateau, "MAX_PLAYS", 2)  # one try: one kept move at most
+    monkeypatch.setattr(plateau, "PLAYS_PER_S", 0)  # however much time is left
     lowered = lower(problem, queues, finishes, False, math.inf)
     assert lowered is not None
     assert sorted(len(queue) for queue in lowered[0]) == [20, 20, 21, 59]
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, now: Iterator[float] | None = None) -> list[float]:
+    """The clock's reading at each play of the pass (its start), the clock ``now`` where given."""
+    starts: list[float] = []
+    played = plateau._Pass.play
+
+    def play(self: plateau._Pass, w: int, items: list[int]) -> tuple[list[int], float]:
+        starts.append(clock.now())
+        return played(self, w, items)
+
+    monkeypatch.setattr(plateau._Pass, "play", play)
+    if now is not None:
+        monkeypatch.setattr(clock, "now", lambda: next(now))
+    return starts
+
+
+def test_with_a_second_left_the_pass_goes_on_past_its_plays_and_lowers_further(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    starts = _counted(monkeypatch)
+    with clock.frozen():  # counts alone: a quarter of a second left allows MAX_PLAYS, a second more
+        quarter = lower(problem, queues, finishes, False, plateau.MAX_PLAYS / plateau.PLAYS_PER_S)
+        assert len(starts) == plateau.MAX_PLAYS
+        starts.clear()
+        second = lower(problem, queues, finishes, False, 1.0)
+    assert quarter is not None
+    assert second is not None
+    assert plateau.MAX_PLAYS < len(starts) <= plateau.PLAYS_PER_S
+    assert max(second[1]) < max(quarter[1])
+
+
+def test_plays_past_max_plays_start_only_in_the_extra_share_of_the_time_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    starts = _counted(monkeypatch, itertools.count(0.0, 0.004))  # 4 ms a reading, ~20 ms a try
+    lowered = lower(problem, queues, finishes, False, 0.7)  # read first at 0.0: the extra end at 0.35
+    assert lowered is not None
+    assert len(starts) > plateau.MAX_PLAYS  # it went on past them
+    assert max(starts[plateau.MAX_PLAYS :]) < plateau.EXTRA_SHARE * 0.7
+    assert len(starts) < 40  # with time to spare it plays 40 (frozen): the share cut it, not the deadline
 
 
 def test_nothing_is_tried_past_the_deadline() -> None:
