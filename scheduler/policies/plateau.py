@@ -11,15 +11,18 @@ latest worker did. Repeated on whichever worker is latest, the whole plateau com
 1.0216 on seed 0 within 32 plays.
 
 Cost. Each try is one or two plays: 0.1-0.2 ms on a worker whose queue runs at once, 2-6 ms on a
-cache-bound one. The pass stops when no move on the latest worker is kept, at its deadline, or
-after ``MAX_PLAYS`` plays (what an idle host's plan has left of the 4,096 x 32 budget) where less than
-a second is left: with more time left (the 1 s budgets hand back ~600 ms at 16,384 x 128) it may go
-on to ``PLAYS_PER_S`` plays a second left, those past ``MAX_PLAYS`` started only in the first
-``EXTRA_SHARE`` of the time (``_Budget``). Counts bound it under a frozen clock, so a replay runs it as
-far as an idle host would. Where caches differ, a worker of the smallest cache is offered only units no
-longer than its own longest: a longer one makes it cache-bound at once, and those tries were most of
-the plays and never kept. Units of several trajectories (prefix affinity) are left alone: the pass
-returns None, the plan as it was.
+cache-bound one. The pass stops at its deadline; after ``MAX_PLAYS`` plays (what an idle host's plan
+has left of the 4,096 x 32 budget) where a quarter second or less is left at its start; and when no
+move on the latest worker is kept. With more time left (the 1 s budgets handed back ~600 ms at
+16,384 x 128) it may go on to ``PLAYS_PER_S`` plays a second left, those past ``MAX_PLAYS`` started
+only in the first ``EXTRA_SHARE`` of that time (``_Budget``), and where the latest worker keeps no
+move it lowers the ``NEXT`` latest after it once each before trying it again. Counts bound it under a
+frozen clock, so a replay runs it as far as an idle host would.
+
+Where caches differ, a worker of the smallest cache is offered only units no longer than its own
+longest: a longer one makes it cache-bound at once, and those tries were most of the plays and never
+kept. Units of several trajectories (prefix affinity) are left alone: the pass returns None, the plan
+as it was.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ PLAYS_PER_S = 128  # a pass started with more than MAX_PLAYS / PLAYS_PER_S secon
 # 1.0248/1.0294/1.0279, 32,768 x 256 median 1.0267 -> 1.0265; docs/experiments.md, reach67)
 EXTRA_SHARE = 0.5  # plays past MAX_PLAYS start only within this share of the time left at the pass's
 # start: the rest goes back to the plan (16,384 x 128's p95 stays well inside its budget)
+NEXT = 15  # where the latest worker keeps no move and the budget goes past MAX_PLAYS, the next this
+# many latest are lowered once each (16,384 x 128 seed 1 1.0257 -> 1.0254 frozen; reach67)
 TRIES = 3  # candidate moves (or swaps) tried per (latest, receiver) pair
 FIT = 0.9  # a candidate's share of the receiver's finish must fit this fraction of the gap
 
@@ -160,19 +165,36 @@ class _Pass:
         return swaps[:TRIES]
 
     def step(self, deadline: float) -> bool:
-        """One kept move or swap off the latest worker; False when none is kept, or out of plays or time."""
-        active = self.problem.active
-        worst = max(active, key=lambda w: (self.finish[w], -w))
+        """One kept move or swap off the latest worker; where it keeps none and the budget goes past
+        ``MAX_PLAYS``, one off each of the ``NEXT`` latest after it, each judged by its own finish: on
+        a plateau of ~100 workers the latest can be stuck until the others come down (16,384 x 128
+        seed 1 stopped at 33 plays, 1.0257). False when none is kept, or out of plays or time."""
+        latest = sorted(self.problem.active, key=lambda w: (-self.finish[w], w))
+        kept = self._lowered(latest[0], deadline)
+        if kept is not False or self.budget.cap <= MAX_PLAYS:
+            return bool(kept)
+        for w in latest[1 : 1 + NEXT]:
+            lowered = self._lowered(w, deadline)
+            if lowered is None:
+                break
+            kept = kept or lowered
+        return kept
+
+    def _lowered(self, worst: int, deadline: float) -> bool | None:
+        """One kept move or swap off ``worst`` to a worker that ends earlier, earliest first: True,
+        False where none is kept, None where out of plays or time."""
         late = self.finish[worst]
-        receivers = sorted((w for w in active if self.finish[w] < late), key=lambda w: (self.finish[w], w))
+        receivers = sorted(
+            (w for w in self.problem.active if self.finish[w] < late), key=lambda w: (self.finish[w], w)
+        )
         for swap in (False, True):
             for r in receivers:
                 if clock.now() >= deadline:  # before the receiver's offers too: at 32,768 x 256 the
-                    return False  # offers of 255 receivers, checked only before a play, overran it
+                    return None  # offers of 255 receivers, checked only before a play, overran it
                 for i, j in self.offered(worst, r, swap):
                     started = clock.now()
                     if self._spent(started, deadline):
-                        return False
+                        return None
                     kept = self._tried(worst, r, i, j, late)
                     self.longest = max(self.longest, clock.now() - started)
                     if kept:

@@ -105,6 +105,23 @@ def test_plays_past_max_plays_start_only_in_the_extra_share_of_the_time_left(
     assert len(starts) < 40  # with time to spare it plays 40 (frozen): the share cut it, not the deadline
 
 
+def test_with_time_left_a_stuck_latest_worker_lets_the_next_latest_come_down() -> None:
+    workers = tuple(Worker(f"w{i}", device_profile("H100"), max_num_seqs=64) for i in range(4))
+    units = [Trajectory("long", 0, 100, 8_000, 7_900.0)]
+    units += [Trajectory(f"p{i}", 0, 100, 8_000, 1_000.0) for i in range(100)]
+    problem = build_problem(PlanRequest(tuple(units), Inventory(workers, model_preset("7b"))))
+    queues = ((0,), tuple(range(1, 101)), (), ())  # worker 0's one unit ends last wherever it goes
+    finishes = problem.finishes(queues, reserve=False)
+    with clock.frozen():
+        quarter = lower(problem, queues, finishes, False, plateau.MAX_PLAYS / plateau.PLAYS_PER_S)
+        second = lower(problem, queues, finishes, False, 1.0)
+    assert quarter is None  # the latest keeps no move: the pass stops there
+    assert second is not None
+    assert second[0][0] == (0,)
+    assert second[1][0] == finishes[0]
+    assert max(second[1][1:]) < finishes[1]  # worker 1 gave units to the idle ones
+
+
 def test_nothing_is_tried_past_the_deadline() -> None:
     problem = build_problem(_request())
     queues, finishes = _crowded(problem)
