@@ -65,9 +65,9 @@ def _counted(monkeypatch: pytest.MonkeyPatch, now: Iterator[float] | None = None
     starts: list[float] = []
     played = plateau._Pass.play
 
-    def play(self: plateau._Pass, w: int, items: list[int]) -> tuple[list[int], float]:
+    def play(self: plateau._Pass, w: int, items: list[int], late: float) -> tuple[list[int], float]:
         starts.append(clock.now())
-        return played(self, w, items)
+        return played(self, w, items, late)
 
     monkeypatch.setattr(plateau._Pass, "play", play)
     if now is not None:
