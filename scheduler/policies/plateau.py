@@ -93,10 +93,11 @@ class _Pass:
         caches = {problem.costs[w].kv_capacity_tokens for w in problem.active}
         self.allowed: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}  # ``may``
         self.by_length: dict[int, _Sorted] = {}  # ``sorted_queue``, dropped for a worker whose queue changes
-        self.edge = {  # the smallest cache's longest, where caches differ (module doc)
-            w: max(map(problem.steps.__getitem__, queues[w]), default=0)
+        self.edge = {  # the smallest cache's longest, where caches differ (module doc); an idle worker
+            # has no longest, so no edge: one of 0 offered it nothing (review67)
+            w: max(map(problem.steps.__getitem__, queues[w]))
             for w in problem.active
-            if len(caches) > 1 and problem.costs[w].kv_capacity_tokens == min(caches)
+            if len(caches) > 1 and problem.costs[w].kv_capacity_tokens == min(caches) and queues[w]
         }
 
     def play(self, w: int, items: list[int], late: float) -> tuple[list[int], float]:

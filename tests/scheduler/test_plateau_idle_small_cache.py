@@ -2,18 +2,14 @@
 
 ``plateau``'s module doc: where caches differ, a worker of the smallest cache is offered only units no
 longer than its own longest, since a longer one makes it cache-bound at once. An idle one has no
-longest: ``_Pass.edge`` reads it as 0 (``max(..., default=0)``), so it was offered nothing, and a pass
+longest: ``_Pass.edge`` read it as 0 (``max(..., default=0)``), so it was offered nothing, and a pass
 whose only earlier worker is such a one kept nothing, though one unit of 2,100 tokens fits its 40,000
-(review67). Found reading round 66's pass; plateau.py is plays67's this round, so the fix is the
-lead's to land with theirs: no edge for a worker whose queue is empty (``... and queues[w]`` in the
-edge's comprehension), under which this test passes and test_plateau.py's six still do.
+(review67). Now no edge is kept for a worker whose queue is empty; this test failed before that.
 """
 
 from __future__ import annotations
 
 import math
-
-import pytest
 
 from scheduler.devices import device_profile, model_preset
 from scheduler.policies.plateau import lower
@@ -21,7 +17,6 @@ from scheduler.policies.problem import build_problem
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
-@pytest.mark.xfail(strict=True, reason="plateau.py's edge of an idle worker is 0 (review67: fix described)")
 def test_an_idle_worker_of_the_smallest_cache_takes_a_unit_its_cache_holds() -> None:
     small = Worker("w1", device_profile("H100"), max_num_seqs=64, kv_capacity_tokens=40_000)
     workers = (Worker("w0", device_profile("H100"), max_num_seqs=64), small)
