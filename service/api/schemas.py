@@ -1,8 +1,8 @@
 """Request and response bodies of the HTTP API (pydantic), documented field by field in docs/api.md.
 
 Requests are strict: unknown fields, NaN/Infinity, strings where numbers belong and non-positive token
-counts are refused with 422 naming the field, before anything is predicted, planned or written; a
-count written ``1.0`` is the integer 1, as a trace reads it (``Whole``), and ``1.5`` is refused.
+counts are refused with 422 naming the field, before anything is predicted, planned or written; every
+integer field reads ``1.0`` as the integer 1, as a trace reads a count (``Whole``), and refuses ``1.5``.
 Cross-item rules (unique ``prompt_id``/``worker_id``, known devices and presets) are checked when the
 body is turned into core types (``service.api.convert``), with the same 422 shape. What the API
 answers about a published step (progress, results, a cancel) is in ``service.api.progress_schemas``;
@@ -20,7 +20,11 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    TypeAdapter,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -74,13 +78,20 @@ MAX_COUNT = 2**31 - 1  # steps, token counts, sample indices
 MAX_SEED = 2**63 - 1
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # integers inside ``sampling.extra``
 MIN_TIME_SCALE, MAX_TIME_SCALE = RANGES["time_scale"]  # the core's envelope (scheduler.validation)
-# A count the trace format holds too (a step, a sample index, token counts): a JSON number with no
-# fraction (``1.0``) is that integer, as a trace reads it (``scheduler.trace.json_count``: why)
-# (the bounds before the validator: after it, pydantic checks them but leaves them out of the JSON
-# schema, and OpenAPI showed ``ge``/``le`` where ``minimum``/``maximum`` belong)
+# Every integer field of a request body (a count, a seed, a budget, a device's figures, a token id):
+# a JSON number with no fraction (``1.0``) is that integer, as a trace reads a count
+# (``scheduler.trace.json_count``: why), and ``1.5`` is a 422 naming the field and the number. One rule
+# for all: in round 66 ``n`` took ``2.0`` where ``max_num_seqs``, ``seed`` or ``top_k`` beside it
+# refused it, so a body written from Python floats was refused field by field (user67). A field's own
+# bounds go in its ``Field``, or before the validator in an alias (after it, pydantic checks them but
+# leaves them out of the JSON schema, and OpenAPI showed ``ge``/``le`` where ``minimum``/``maximum`` belong)
 Whole = Annotated[int, BeforeValidator(json_count)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(json_count)]
 Tokens = Annotated[int, Field(gt=0, le=MAX_COUNT), BeforeValidator(json_count)]
+# the optional ones (``X | None`` puts a ``Field`` default's bounds after the validator)
+TopK = Annotated[int, Field(ge=-1, le=MAX_COUNT), BeforeValidator(json_count)]
+SampleSeed = Annotated[int, Field(ge=0, le=2**62), BeforeValidator(json_count)]
+BudgetMs = Annotated[int, Field(gt=0, le=MAX_TIME_BUDGET_MS), BeforeValidator(json_count)]
 
 
 def _utf8(text: str) -> str:
@@ -132,10 +143,30 @@ StopText = Annotated[str, Field(min_length=1, max_length=256)]
 # A vocabulary holds ~10^5 tokens; engines keep token ids and ``top_k`` in int32 tensors (vLLM's
 # sampler), so MAX_COUNT (2^31-1) is past any vocabulary yet inside what the engine stores: a larger
 # number is a typo that would fail every sample's request on the engine instead of this one.
-TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT), BeforeValidator(json_count)]
+_ExactTokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]  # an int as it came: ``PromptTokenIds``' fast path
 # Token ids of one prompt: 2^20, past the longest context served (1M-token models), so a longer list is
 # a mistake (a whole dataset in one item), refused before anything is planned or stored.
 MAX_PROMPT_TOKEN_IDS = 2**20
+_PROMPT_IDS_BOUND = Field(min_length=1, max_length=MAX_PROMPT_TOKEN_IDS)
+_PROMPT_IDS_READ: TypeAdapter[list[int]] = TypeAdapter(
+    Annotated[list[TokenId], _PROMPT_IDS_BOUND], config=ConfigDict(strict=True, allow_inf_nan=False)
+)
+
+
+def _ints_then_read(ids: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A prompt's token ids as ``TokenId``s, each ``2.0`` read as 2: first as they came, where every id
+    is an ``int`` (pydantic's own loop), then, only where that failed, id by id through ``json_count``
+    (a ``ValidationError`` locating the id at fault). ``json_count`` on each of a million ids cost
+    ~250 ms a million on this machine (docs/experiments.md, user67), where ids almost always come as ints."""
+    try:
+        return handler(ids)
+    except ValidationError:
+        return _PROMPT_IDS_READ.validate_python(ids)
+
+
+# A prompt as token ids: ``TokenId``s as every integer field reads them, at strict ints' cost
+PromptTokenIds = Annotated[list[_ExactTokenId], _PROMPT_IDS_BOUND, WrapValidator(_ints_then_read)]
 # Token ids of a whole batch. Ids cost 2 to 11 bytes of JSON each ("0," to "2147483647,"), 6.3 over a
 # 152k-token vocabulary: the default body limit (ROLLOUT_MAX_BODY_BYTES, 32 MiB) holds some 5M such ids,
 # so this bound acts only where an operator raised that limit, and it keeps one schedule's prompts in
@@ -157,14 +188,14 @@ class Sampling(Strict):
 
     temperature: float | None = Field(default=None, ge=0, le=100)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1, le=MAX_COUNT)  # -1: no limit (vLLM); bound: TokenId
+    top_k: TopK | None = None  # -1: no limit (vLLM); bound: TokenId
     min_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     repetition_penalty: float | None = Field(default=None, gt=0, le=100)
     stop: list[StopText] | None = Field(default=None, max_length=32)
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=256)
-    seed: int | None = Field(default=None, ge=0, le=2**62)  # base seed: sample k is drawn with seed + k,
+    seed: SampleSeed | None = None  # base seed: sample k is drawn with seed + k,
     # so a prompt's n samples differ (as vLLM's one request with n and a seed) and a rerun repeats them
     extra: dict[str, JsonValue] = Field(default_factory=dict)  # other engine fields (e.g. vLLM's
     # skip_special_tokens, or a response_format object), sent as they are
@@ -200,9 +231,7 @@ class BatchItem(Strict):
     pinned_worker: Name | None = None  # only this worker may run the samples
     sampling: Sampling | None = None  # this prompt's sampling, field by field over the request's
     # or the prompt as token ids (veRL's ``input_ids``), sent as /v1/completions' ``prompt`` as they are
-    prompt_token_ids: list[TokenId] | None = Field(
-        default=None, min_length=1, max_length=MAX_PROMPT_TOKEN_IDS
-    )
+    prompt_token_ids: PromptTokenIds | None = None
 
     @model_validator(mode="after")
     def _one_payload(self) -> BatchItem:
@@ -262,9 +291,9 @@ class WorkerSpec(Strict):
 
     worker_id: Name
     device: str = Field(min_length=1, max_length=64)  # H100, H200, A100-80GB, Ascend910B (aliases ok)
-    num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)  # tensor-parallel degree
-    max_num_seqs: int = Field(default=256, ge=1, le=MAX_NUM_SEQS)  # engine's concurrent-sequence limit
-    kv_capacity_tokens: int | None = Field(default=None, gt=0, le=MAX_COUNT)  # KV cache in tokens;
+    num_gpus: Whole = Field(default=1, ge=1, le=MAX_GPUS)  # tensor-parallel degree
+    max_num_seqs: Whole = Field(default=256, ge=1, le=MAX_NUM_SEQS)  # engine's concurrent-sequence limit
+    kv_capacity_tokens: Tokens | None = None  # KV cache in tokens;
     # derived when absent
     # Measured overrides, each within the core's envelope of every device there is with room to spare
     # (``scheduler.validation.RANGES``, one table for both): a value past it is a unit mistake, and
@@ -295,14 +324,14 @@ class ScheduleRequest(Strict):
     policy: str | None = Field(default=None, min_length=1, max_length=64)  # cpsat (default), lpt,
     # least_loaded, round_robin
     quantile: float | None = Field(default=None, gt=0, lt=1)  # predicted-length quantile to plan on
-    time_budget_ms: int | None = Field(default=None, gt=0, le=MAX_TIME_BUDGET_MS)  # solver wall-clock budget
+    time_budget_ms: BudgetMs | None = None  # solver wall-clock budget
     prefix_affinity: bool = False  # keep each prompt's samples on one worker
     kv_admission: bool = False  # sidecars admit by projected KV peak at predicted lengths
     # what the workers run, by its eviction rules (``scheduler.sim_rules``): vllm-v1 (vLLM, SGLang) or
     # vllm-v0; none: the service's ``ROLLOUT_DEFAULT_ENGINE`` (``SERVICE_ENGINE`` unless set)
     engine: str | None = Field(default=None, min_length=1, max_length=64)
     publish: bool = True  # write the plan to Redis for the sidecars; false = dry run
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
+    seed: Whole = Field(default=0, ge=0, le=MAX_SEED)  # fixes any randomised search
     sampling: Sampling | None = None  # how every sample is drawn (a prompt's own ``sampling`` overrides)
     # caller-chosen id: a retry of a published one is answered its first plan, ``replayed`` (other work
     # under it 422, a cancelled one 409: service/pipeline/republish.py)

@@ -45,6 +45,10 @@ def _utf8(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_utf8)]
+# Every integer a worker sends, as the service's bodies read one (``service.api.schemas.Whole``): ``5.0``
+# is 5, ``5.5`` is refused naming the field; a lease token echoed through a float was refused where the
+# output length beside it was taken (user67)
+Whole = Annotated[int, BeforeValidator(json_count)]
 
 
 class _LeaseRef(BaseModel):
@@ -54,7 +58,7 @@ class _LeaseRef(BaseModel):
 
     schedule_id: Text
     key: Text
-    token: int
+    token: Whole
 
 
 class DoneBody(_LeaseRef):
@@ -64,7 +68,7 @@ class DoneBody(_LeaseRef):
     # the service knows is read as it (``finish_reasons``, ``pull_finish``), any other refused
     finish_reason: Annotated[Text, BeforeValidator(reported_finish)] = "stop"
     # and at most the item's cap (checked on /done); 5.0 is 5, as the service and a trace read it
-    output_tokens: Annotated[int, BeforeValidator(json_count)] = Field(ge=0, le=MAX_TOKENS)
+    output_tokens: Whole = Field(ge=0, le=MAX_TOKENS)
     output: Text = ""
     wall_time_s: float = Field(default=0.0, ge=0)
     reward: float | None = None
@@ -107,20 +111,26 @@ class DoneBody(_LeaseRef):
         concurrency = extra.get("concurrency")
         if concurrency is not None and not (isinstance(concurrency, (int, float)) and concurrency >= 0):
             raise ValueError("concurrency must be a number >= 0")
-        _check_token_counts(extra, info.data.get("output_tokens"))  # validated before extra
-        return extra
+        return _token_counts(extra, info.data.get("output_tokens"))  # validated before extra
 
 
-def _check_token_counts(extra: dict[str, Any], output_tokens: int | None) -> None:
-    """``TOKEN_COUNTS`` in ``extra`` as the service's actuals take them: integers within its bound, the
+def _token_counts(extra: dict[str, Any], output_tokens: int | None) -> dict[str, Any]:
+    """``extra`` with its ``TOKEN_COUNTS`` as the service's actuals take them: integers within its
+    bound (``2048.0`` stored as 2048, as ``output_tokens`` is: the trainer's client reads an int), the
     cap not below the output (stored otherwise, the trainer's report of the whole step failed)."""
-    for name in TOKEN_COUNTS:
-        count = extra.get(name)
-        if name in extra and not (type(count) is int and 1 <= count <= MAX_TOKENS):
-            raise ValueError(f"{name} must be a token count, an integer from 1 to {MAX_TOKENS}")
-    cap = extra.get("max_new_tokens")
+    counts = {name: _token_count(name, extra[name]) for name in TOKEN_COUNTS if name in extra}
+    cap = counts.get("max_new_tokens")
     if cap is not None and output_tokens is not None and cap < output_tokens:
         raise ValueError(f"max_new_tokens {cap} is below output_tokens {output_tokens}")
+    return {**extra, **counts}
+
+
+def _token_count(name: str, count: object) -> int:
+    """``count`` as a token count (an integral float read as its integer), else ``ValueError``."""
+    whole = count if type(count) is not float or not count.is_integer() else int(count)
+    if type(whole) is not int or not 1 <= whole <= MAX_TOKENS:
+        raise ValueError(f"{name} must be a token count, an integer from 1 to {MAX_TOKENS}")
+    return whole
 
 
 class FailBody(_LeaseRef):

@@ -276,3 +276,24 @@ def test_a_malformed_request_is_refused_in_vllms_shape_led_by_the_field_and_its_
         param,
         "BadRequestError",
     )
+
+
+def test_every_integer_of_a_request_takes_its_float_as_vllm_does_and_refuses_a_fraction_naming_it() -> None:
+    """vLLM's request models are pydantic's lax ones, so ``16.0`` is 16 in any integer field and
+    ``16.5`` a 400 naming the field: the stand-in reads them the same (the service's bodies now do
+    too, user67), so a client tried against it meets what the engine answers."""
+    rollout = {"sample_idx": 1.0, "output_tokens": 12.0, "prompt_tokens": 3.0, "hang_tries": 0.0}
+    body = {"prompt": [1.0, 2.0, 3.0], "max_tokens": 50.0, "n": 1.0, "min_tokens": 2.0, "logprobs": 0.0}
+    answer = _post("/v1/completions", {**body, "rollout": rollout}).json()
+    assert (answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]) == (3, 12)
+    chat = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 9.0,
+        "top_logprobs": 1.0,
+    }
+    assert _post("/v1/chat/completions", {**chat, "logprobs": True}).json()["usage"]["completion_tokens"] <= 9
+    error = _post("/v1/completions", {"prompt": "x", "max_tokens": 16.5}).json()["error"]
+    assert (error["param"], error["message"].split(", unable")[0]) == (
+        "max_tokens",
+        "max_tokens=16.5: Input should be a valid integer, got a number with a fractional part",
+    )

@@ -44,3 +44,40 @@ def test_what_is_no_integer_is_refused_naming_the_field(redis_client: redis.Redi
         1,
     ]
     assert delivery.read_results("fraction") == []
+
+
+def test_every_integer_of_a_done_takes_its_float_as_output_tokens_does(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """The lease token and ``extra``'s token counts refused ``5.0`` where ``output_tokens`` beside them
+    took it (user67); an integral float is stored as its integer (the trainer's client reads an int)."""
+    delivery = publish_one(redis_url, "floats")
+
+    async def script(client: httpx.AsyncClient) -> int:
+        lease = (await client.get("/next")).json()
+        extra = {"prompt_tokens": 100.0, "max_new_tokens": 16000.0}
+        body = {**done_body(lease, 5), "token": float(lease["token"]), "extra": extra}
+        return (await client.post("/done", json=body)).status_code
+
+    assert with_api(redis_url, script) == 200
+    [stored] = delivery.read_results("floats")
+    counts = {name: stored.result.extra[name] for name in ("prompt_tokens", "max_new_tokens")}
+    assert counts == {"prompt_tokens": 100, "max_new_tokens": 16000}
+    assert {type(count) for count in counts.values()} == {int}
+
+
+def test_a_fraction_in_the_token_or_extra_is_refused_naming_it(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    delivery = publish_one(redis_url, "token-fraction")
+
+    async def script(client: httpx.AsyncClient) -> list[Any]:
+        body = done_body((await client.get("/next")).json(), 5)
+        sent = [
+            await client.post("/done", json={**body, "token": body["token"] + 0.5}),
+            await client.post("/done", json={**body, "extra": {"prompt_tokens": 100.5}}),
+        ]
+        return [(r.status_code, r.json()["field"]) for r in sent]
+
+    assert with_api(redis_url, script) == [(422, "token"), (422, "extra")]
+    assert delivery.read_results("token-fraction") == []
