@@ -25,6 +25,7 @@ from scheduler.errors import InvalidInputError
 from scheduler.trace import TraceRow
 from service.api.learning_schemas import ActualReport
 from service.client import SchedulerClient
+from service.problems.details import error_words
 
 BATCH = 4_096  # reports per POST /actuals (the API takes up to 100,000; smaller bodies fail faster)
 
@@ -54,7 +55,7 @@ def actual_reports(trace: Trace, worker_id: str, source: str = "trace") -> list[
             where = ".".join(str(part) for part in first["loc"])
             key = f"step {row.step}, prompt {row.prompt_id!r}, sample {row.sample_idx}"
             field = f"{source}: row {index + 1} ({key}): {where}"
-            raise InvalidInputError(field, first.get("input"), first["msg"]) from None
+            raise InvalidInputError(field, first.get("input"), error_words(first)) from None
     return reports
 
 

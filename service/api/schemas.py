@@ -33,7 +33,7 @@ from typing_extensions import TypedDict
 from scheduler.trace import json_count
 from scheduler.validation import MAX_GPUS, MAX_NUM_SEQS, RANGES
 from service.api.feature_names import item_feature, report_feature
-from service.names import NAME_MAX_LENGTH, NAME_PATTERN
+from service.names import NAME_MAX_LENGTH, NAME_PATTERN, SCHEDULE_ID_PATTERN
 from service.workerspec import MAX_WORKERS
 
 # The most planning time a request may ask for, and ROLLOUT_DEFAULT_TIME_BUDGET_MS with it: past a
@@ -45,7 +45,7 @@ Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NA
 # A schedule id, wherever the API reads one (a /schedule body, a path, an actuals report): one rule, so
 # a report cannot name a schedule the schedule endpoint would refuse, nor the reverse. As long as a
 # Name (``NAME_MAX_LENGTH``): one bound for every id, which publish holds too.
-ScheduleId = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=r"^[A-Za-z0-9_.:-]+$")]
+ScheduleId = Annotated[str, Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=SCHEDULE_ID_PATTERN)]
 FeatureValue = float | Annotated[str, Field(max_length=256)]
 # Extra predictor features of one item or report: bounded, or one caller could grow the actuals stream,
 # every replica's history and the model (one column each) without limit (20 MB reports did).

@@ -18,7 +18,7 @@ from scheduler import trace
 from service.api.learning_schemas import ActualReport, ActualsAccepted
 from service.api.progress_schemas import ResultEntry
 from service.api.schemas import MAX_COUNT
-from service.problems.details import clipped
+from service.problems.details import clipped, error_words
 
 
 def summed(answers: Sequence[ActualsAccepted]) -> ActualsAccepted:
@@ -85,7 +85,7 @@ def actual_from_result(
         )
     except ValidationError as error:
         fault = error.errors()[0]
-        raise MalformedResultError(entry.key, ".".join(map(str, fault["loc"])), fault["msg"]) from None
+        raise MalformedResultError(entry.key, ".".join(map(str, fault["loc"])), error_words(fault)) from None
 
 
 def says_length(finish_reason: str, output_tokens: int) -> bool:

@@ -54,7 +54,7 @@ from service.client.wire import (
     foreign,
     refusal,
 )
-from service.problems.details import clipped
+from service.problems.details import clipped, error_words
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -370,7 +370,8 @@ def _schedule_path(schedule_id: str) -> str:
     try:
         return f"/schedule/{_SCHEDULE_ID.validate_python(schedule_id)}"
     except ValidationError as error:
-        raise ValueError(f"schedule_id={clipped(str(schedule_id))!r}: {error.errors()[0]['msg']}") from None
+        why = error_words(error.errors()[0])  # the characters an id holds, in words (user67)
+        raise ValueError(f"schedule_id={clipped(str(schedule_id))!r}: {why}") from None
 
 
 _SCHEDULE_ID: TypeAdapter[str] = TypeAdapter(ScheduleId)

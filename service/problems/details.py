@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from service.names import chars_error
 from service.problems.hints import hint
 
 _UNION_TAGS = frozenset({"float", "str", "int", "bool", "none"})
@@ -82,7 +83,7 @@ def validation_details(raw: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     unique: dict[str, dict[str, Any]] = {}
     for err in reversed(raw):
         path = field_path(err["loc"], err["type"] != "extra_forbidden") or "body"
-        message = own_words(err["msg"])
+        message = error_words(err)
         if err["type"] == "json_invalid":
             path, message = "body", f"{message} at character {err['loc'][-1]}: {err['ctx']['error']}"
         if err["type"] == "extra_forbidden" and (where := hint(path)) is not None:
@@ -138,6 +139,19 @@ def own_words(message: str) -> str:
         if message.startswith(prefix):
             return message[len(prefix) :]
     return message
+
+
+def error_words(error: Mapping[str, Any]) -> str:
+    """The words of one pydantic error (``ValidationError.errors()``'s entry), as every refusal of the
+    project says them: pydantic's prefix dropped (``own_words``), and an id's pattern said in words
+    (``service.names.chars_error``), not as the regular expression pydantic quotes. The service's
+    422s, the sidecar's and the client's own ``ValueError``s read each error through this."""
+    value, context = error.get("input"), error.get("ctx") or {}
+    if error["type"] == "string_pattern_mismatch" and isinstance(value, str):
+        words = chars_error(value, str(context.get("pattern")))
+        if words is not None:
+            return words
+    return own_words(error["msg"])
 
 
 def _unhinted(error: dict[str, Any]) -> bool:

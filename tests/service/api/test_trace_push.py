@@ -110,7 +110,7 @@ def test_a_trace_with_a_row_the_api_would_refuse_pushes_nothing(
         assert result.exit_code == 2
         # it said "row 1.prompt_id": the row's 0-based index in the trace, on line 3 of the file
         assert (
-            f"trace: {bad}: row 2 (step 0, prompt 'p 1', sample 0): prompt_id='p 1': String should"
+            f"trace: {bad}: row 2 (step 0, prompt 'p 1', sample 0): prompt_id='p 1': ' ' (character 1) is"
             in result.output
         )
         assert redis_client.dbsize() == before

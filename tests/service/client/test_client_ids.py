@@ -45,7 +45,8 @@ def test_an_id_with_a_url_delimiter_is_refused_not_read_as_another_schedule(
     trainer: SchedulerClient, name: str, suffix: str
 ) -> None:
     trainer.schedule(batch_body(prompts=1, n=1, schedule_id="step"))
-    with pytest.raises(ValueError, match=f"^schedule_id='step{re.escape(suffix)}': String should match"):
+    words = f"{suffix[0]!r} (character 4) is not allowed: an id holds only ASCII letters, digits and _ . : -"
+    with pytest.raises(ValueError, match=f"^schedule_id='step{re.escape(suffix)}': {re.escape(words)}$"):
         CALLS[name](trainer, f"step{suffix}")
     assert trainer.progress("step").cancelled == 0  # the cancel reached no other schedule
 

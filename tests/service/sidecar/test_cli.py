@@ -18,6 +18,7 @@ from service.commands import engine_sim, sidecar
 from service.delivery import keys
 from service.delivery.protocol import Delivery
 from service.names import name_error
+from service.problems.details import error_words
 from tests.service.sidecar.procs import bound_url, cluster, item, publish, wait_http, wait_until
 
 
@@ -77,7 +78,10 @@ PUSH = ["sidecar", "--worker-id", "w", "--redis-url", "redis://r", "--engine-url
         ([*PUSH, "--prefix", "rs{1}"], "key prefix 'rs{1}'"),
         ([*PUSH, "--engine-api-key", "tökén"], "--engine-api-key: a token must be printable ASCII"),
         (["sidecar", "--worker-id", "", *PUSH[3:]], "worker-id='': String should have at least 1 character"),
-        (["sidecar", "--worker-id", "gpu 0", *PUSH[3:]], "worker-id='gpu 0': String should match pattern"),
+        (
+            ["sidecar", "--worker-id", "gpu 0", *PUSH[3:]],
+            "worker-id='gpu 0': ' ' (character 3) is not allowed",
+        ),
         (["sidecar", "--worker-id", "w" * 257, *PUSH[3:]], "String should have at most 256 characters"),
     ],
 )
@@ -153,12 +157,13 @@ def test_the_redis_url_flag_wins_over_an_empty_variable(monkeypatch: pytest.Monk
     ["", "w0", "gpu 0", "w" * 256, "w" * 257, "!" * 300, "w0\n", "\n", "wörker", "a.b:c@d/e+f=g-h_9"],
 )
 def test_the_sidecar_s_worker_id_rule_is_the_api_s_in_the_api_s_words(worker_id: str) -> None:
-    """The sidecar checks its id without pydantic (push mode loads none); the API checks it with."""
+    """The sidecar checks its id without pydantic (push mode loads none); the API checks it with, and
+    says its characters in words (``error_words``), not as pydantic's pattern (user67)."""
     try:
         TypeAdapter(Name).validate_python(worker_id)
         api = None
     except ValidationError as error:
-        api = error.errors()[0]["msg"]
+        api = error_words(error.errors()[0])
     assert name_error(worker_id) == api
 
 
