@@ -101,12 +101,33 @@ def text(name: str, value: object) -> str:
     return value
 
 
+def per_request(name: str, value: object) -> int:
+    """``whole``, and at least 1 (``ValueError`` below it): reports a request, ``chunk``. A 0 failed
+    ``range()``, and a negative one sent nothing at all."""
+    if (count := whole(name, value)) < 1:
+        raise ValueError(f"{name}={count!r}: reports per request must be at least 1")
+    return count
+
+
 def sizes(name: str, value: object) -> int | Mapping[str, int] | None:
-    """``value`` if it is an int, a mapping or None (``report_results``'s ``group_sizes``), else
-    ``TypeError``."""
-    if value is not None and not isinstance(value, Mapping):
-        return whole(name, value)
-    return value
+    """``value`` if it is an int, a mapping of them or None (``report_results``'s ``group_sizes``),
+    else ``TypeError``; a size below 1 is a ``ValueError``. Each is checked here, not where a result
+    of its group is counted: a step of no result (or every one aborted) returned without a word,
+    and a text in the mapping was a ``TypeError`` of ``<`` naming nothing (user67)."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        for prompt, size in value.items():
+            _size(f"{name}[{prompt!r}]", size)
+        return value
+    return _size(name, value)
+
+
+def _size(name: str, value: object) -> int:
+    """One group's size: ``whole``, at least 1."""
+    if (size := whole(name, value)) < 1:
+        raise ValueError(f"{name}={size!r}: a group holds at least 1 sample")
+    return size
 
 
 def mapping(name: str, value: object) -> Mapping[Any, Any]:

@@ -37,6 +37,7 @@ from service.client.args import (
     body_of,
     http_timeout,
     mapping,
+    per_request,
     refused,
     seconds,
     sizes,
@@ -275,8 +276,7 @@ class SchedulerClient:
         answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest.
         Reports of a step cancelled before it finished are refused (409 ``step-cut-short``, nothing
         of that chunk stored) unless ``partial``: they are its short trajectories alone."""
-        if (chunk := whole("chunk", chunk)) < 1:  # range() refused 0; a negative one sent nothing
-            raise ValueError(f"chunk={chunk!r}: reports per request must be at least 1")
+        chunk = per_request("chunk", chunk)
         body = bodies_of("reports", reports, ActualReport)  # one report alone, not in a list: a TypeError
         answers = [
             self._outlasting(
@@ -317,6 +317,7 @@ class SchedulerClient:
         if not isinstance(finished, StepResults):  # its progress, say: an AttributeError of .progress
             raise refused("finished", "the StepResults of wait()", finished)
         step, group_sizes = whole("step", step), sizes("group_sizes", group_sizes)
+        chunk = per_request("chunk", chunk)  # here: a step with nothing to send returns before its use
         known, scored = mapping("prompt_tokens", prompt_tokens), mapping("rewards", rewards)
         if not partial:
             check_whole(finished.progress)
