@@ -1,0 +1,69 @@
+"""docs/api.md's ``POST /schedule`` answer is the one a fresh service gives the request shown above it,
+and the figures its "Reading it" paragraph quotes are the service's: the page showed an answer of
+another batch (1,024 trajectories, ``OPTIMAL``, 2.19x), so a newcomer who sent the request read back
+``FALLBACK_LPT`` and an empty queue with nothing to tell them why (newcomer66, user67).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
+_ELISION = re.compile(r",\s*\.\.\.(?=\s*[\]}])")
+SAME = ("step", "policy", "status", "published", "model_version", "prediction_sources", "quantile")
+SAME_TOO = ("dispatch_order", "time_scale_sources", "time_budget_ms", "replayed")
+SECONDS = ("predicted_makespan_s", "lower_bound_s", "round_robin_makespan_s")  # shown to 0.1 s
+
+
+@pytest.fixture
+def client(module_app: TestClient, redis_client: redis.Redis) -> TestClient:
+    """The module's one app (``module_app``), on a Redis flushed for the test: a fresh service."""
+    return module_app
+
+
+def _shown() -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The request example, the answer example and the paragraph after it."""
+    text = API_DOC.read_text()
+    request = json.loads(re.findall(r"```json\n(.*?)```", text, re.DOTALL)[0])
+    start = text.index("Response (200), the one a fresh service")
+    block = re.search(r"```json\n(.*?)```\n\n(Reading it:.*?)\n\n", text[start:], re.DOTALL)
+    assert block is not None
+    return request, json.loads(_ELISION.sub("", block.group(1))), block.group(2)
+
+
+def test_the_answer_shown_is_the_one_the_request_shown_gets(client: TestClient) -> None:
+    request, shown, _ = _shown()
+    answer = client.post("/schedule", json=request).json()
+    assert {k: answer[k] for k in SAME + SAME_TOO} == {k: shown[k] for k in SAME + SAME_TOO}
+    assert {k: round(answer[k], 1) for k in SECONDS} == {k: shown[k] for k in SECONDS}
+    assert round(answer["speedup_vs_round_robin"], 2) == shown["speedup_vs_round_robin"]
+    assert {w: round(scale, 2) for w, scale in answer["time_scales"].items()} == shown["time_scales"]
+    queues = answer["assignments"]
+    assert (queues["h100-0"][:1], queues["npu-0"]) == (shown["assignments"]["h100-0"], [])
+    assert len(queues["h100-0"]) == 32
+
+
+def test_the_reading_s_figures_for_kinds_of_one_speed_are_lpt_s(client: TestClient) -> None:
+    """Its ``time_scale`` 3.02 case, under ``lpt`` (no search: the same plan on any host's speed)."""
+    request, _, reading = _shown()
+    body = copy.deepcopy(request) | {"policy": "lpt", "publish": False}
+    body["inventory"]["workers"][0]["time_scale"] = 3.02
+    answer = client.post("/schedule", json=body).json()
+    quoted = re.search(
+        r"([\d.]+) s against round robin's ([\d.]+) s: `speedup_vs_round_robin` ([\d.]+)", reading
+    )
+    assert quoted is not None
+    assert [float(figure) for figure in quoted.groups()] == [
+        round(answer["predicted_makespan_s"], 1),
+        round(answer["round_robin_makespan_s"], 1),
+        round(answer["speedup_vs_round_robin"], 2),
+    ]
+    assert {w: len(queue) for w, queue in answer["assignments"].items()} == {"h100-0": 32, "npu-0": 0}
