@@ -51,19 +51,21 @@ def test_the_answer_shown_is_the_one_the_request_shown_gets(client: TestClient) 
     assert len(queues["h100-0"]) == 32
 
 
-def test_the_reading_s_figures_for_kinds_of_one_speed_are_lpt_s(client: TestClient) -> None:
-    """Its ``time_scale`` 3.02 case, under ``lpt`` (no search: the same plan on any host's speed)."""
+def test_the_reading_s_figures_for_kinds_of_one_speed_are_the_service_s(client: TestClient) -> None:
+    """Its ``time_scale`` 3.02 case with ``"time_budget_ms": 5000``, the one the host's speed does not
+    move (the default's 0.98 is the plan 80 ms leaves: docs/experiments.md, user67; 1000 ms placed it
+    so in 5 runs of 5, but one run of this test in 7 failed at it under a load of 27 on 2 cores)."""
     request, _, reading = _shown()
-    body = copy.deepcopy(request) | {"policy": "lpt", "publish": False}
+    body = copy.deepcopy(request) | {"publish": False, "time_budget_ms": 5000}
     body["inventory"]["workers"][0]["time_scale"] = 3.02
     answer = client.post("/schedule", json=body).json()
-    quoted = re.search(
-        r"([\d.]+) s against round robin's ([\d.]+) s: `speedup_vs_round_robin` ([\d.]+)", reading
-    )
+    figures = r"placed (\d+) / (\d+) in [^:]*: ([\d.]+) s against round robin's ([\d.]+) s, "
+    quoted = re.search(figures + r"`speedup_vs_round_robin` (\d+\.\d+)", " ".join(reading.split()))
     assert quoted is not None
     assert [float(figure) for figure in quoted.groups()] == [
+        len(answer["assignments"]["h100-0"]),
+        len(answer["assignments"]["npu-0"]),
         round(answer["predicted_makespan_s"], 1),
         round(answer["round_robin_makespan_s"], 1),
         round(answer["speedup_vs_round_robin"], 2),
     ]
-    assert {w: len(queue) for w, queue in answer["assignments"].items()} == {"h100-0": 32, "npu-0": 0}
