@@ -25,6 +25,14 @@ from scheduler.policies.problem import Problem, build_problem
 from scheduler.types import Inventory, PlanRequest, Trajectory, Worker
 
 
+@pytest.fixture(autouse=True)
+def _count_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass as the 0.25 s budgets run it, bound by ``MAX_PLAYS`` alone: these tests give it an
+    unbounded deadline, under which the time-bound extension (``PLAYS_PER_S``, reach67; its own tests
+    are test_plateau.py's) would play on without a count."""
+    monkeypatch.setattr(plateau, "PLAYS_PER_S", 0)
+
+
 def _problem(
     items: Sequence[tuple[int, int]],
     workers: int = 2,
