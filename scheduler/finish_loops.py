@@ -81,13 +81,12 @@ def prompt_only_finish(
         if batch == 0:
             return clock
         if clock >= check_at:  # never without a finite ``stop_at``
-            if clock >= stop_at:
-                return clock
             rest = (totals[0] - spent_kv, totals[1] - spent_tokens, totals[2] - fed)
-            sure = _sure(cost, clock, *rest, _longest_left(steps, waiting, alive, step, last_end))
-            if sure >= stop_at:
-                return sure
-            check_at = clock + (stop_at - sure)  # the bound cannot reach it sooner (``_sure``)
+            done, check_at = _look(
+                cost, clock, stop_at, rest, _longest_left(steps, waiting, alive, step, last_end)
+            )
+            if done is not None:
+                return done
         while alive_get(heap[0][2], gone)[0] != heap[0][1]:
             heappop(heap)
         to_finish = heap[0][0] - step
@@ -207,13 +206,12 @@ def reserve_finish(cost: WorkerCost, prompts: Sequence[int], steps: Sequence[int
         if batch == 0:
             return clock
         if clock >= check_at:  # never without a finite ``stop_at``
-            if clock >= stop_at:
-                return clock
             rest = (totals[0] - spent_kv, totals[1] - spent_tokens, totals[2] - fed)
-            sure = _sure(cost, clock, *rest, _longest_left(steps, waiting, alive, step, last_end))
-            if sure >= stop_at:
-                return sure
-            check_at = clock + (stop_at - sure)  # the bound cannot reach it sooner (``_sure``)
+            done, check_at = _look(
+                cost, clock, stop_at, rest, _longest_left(steps, waiting, alive, step, last_end)
+            )
+            if done is not None:
+                return done
         while alive.get(heap[0][2], gone)[0] != heap[0][1]:
             heapq.heappop(heap)
         to_finish = heap[0][0] - step
@@ -338,6 +336,20 @@ def _sure(cost: WorkerCost, clock: float, kv: int, tokens: int, prompt: int, lon
     )
     sure = clock + cost.time_scale * least
     return sure - MARGIN * sure
+
+
+def _look(
+    cost: WorkerCost, clock: float, stop_at: float, rest: tuple[int, int, int], longest: int
+) -> tuple[float | None, float]:
+    """A stopped play's look at its bound, shared by both loops: what the play reports where it stops
+    (its clock past ``stop_at``, or ``_sure``'s bound past it), else None and the clock of the next
+    look, which comes no sooner than the bound could reach ``stop_at`` (``_sure``)."""
+    if clock >= stop_at:
+        return clock, stop_at
+    sure = _sure(cost, clock, *rest, longest)
+    if sure >= stop_at:
+        return sure, stop_at
+    return None, clock + (stop_at - sure)
 
 
 def _longest_left(
