@@ -5,15 +5,15 @@ retried as an outage: only the URL can cure it. A real HTTP server plays what ho
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from service.client import SchedulerAPIError, SchedulerClient
 from service.settings import Settings
 from tests.service.api_helpers import LiveServer, batch_body
+from tests.service.client.local_server import serving
 
 
 class _Answers(BaseHTTPRequestHandler):
@@ -48,14 +48,8 @@ class _Answers(BaseHTTPRequestHandler):
 
 def _holding(status: int, body: bytes, headers: dict[str, str]) -> Iterator[str]:
     handler = type("Handler", (_Answers,), {"status": status, "body": body, "headers_out": headers})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as base:
+        yield base
 
 
 @pytest.fixture

@@ -9,15 +9,15 @@ still sends, with a long poll's wait added to it, over a real socket.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from service.api.progress_schemas import RESULTS_MAX_WAIT_MS
 from service.client import SchedulerAPIError, SchedulerClient
 from service.client.args import MAX_TIMEOUT_S
+from tests.service.client.local_server import serving
 
 
 class _NotFound(BaseHTTPRequestHandler):
@@ -38,14 +38,8 @@ class _NotFound(BaseHTTPRequestHandler):
 @pytest.fixture
 def url() -> Iterator[str]:
     """A real HTTP server on a local port that answers 404."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_NotFound) as base:
+        yield base
 
 
 @pytest.mark.parametrize("given", [1e10, 1e300])

@@ -12,9 +12,8 @@ every request it reads is answered 418, so a refusal with that status is a reque
 from __future__ import annotations
 
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import trustme
 
 from service.client.scheduler_client import SchedulerClient
 from service.client.wire import SchedulerAPIError, ServiceUnreachableError
+from tests.service.client.local_server import serving
 
 CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE")  # what a context reads as it is built
 
@@ -52,14 +52,8 @@ def https_url(ca: trustme.CA) -> Iterator[str]:
     """An https:// service on loopback whose certificate (for 127.0.0.1) ``ca`` signed."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Teapot)
-    server.socket = context.wrap_socket(server.socket, server_side=True)  # a refused handshake is dropped
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"https://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(_Teapot, context) as base:  # a refused handshake is dropped
+        yield base
 
 
 @pytest.fixture
