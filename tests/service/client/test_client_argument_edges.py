@@ -9,7 +9,6 @@ earlier test reached.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -18,21 +17,7 @@ from service.api.learning_schemas import ActualReport
 from service.api.schemas import ScheduleRequest
 from service.client import SchedulerAPIError, SchedulerClient
 from tests.service.api_helpers import actual_report, batch_body
-from tests.service.client.refusing import NOTHING, Call, refusing
-
-
-@pytest.fixture
-def sent() -> list[httpx.Request]:
-    """The requests the client sent (each answered 422)."""
-    return []
-
-
-@pytest.fixture
-def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
-    """A client whose every request is recorded and refused."""
-    with refusing(sent) as made:
-        yield made
-
+from tests.service.client.refusing import NOTHING, Call
 
 # a call with one argument of the wrong type -> its TypeError's words
 WRONG: dict[str, tuple[Call, str]] = {

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,21 +22,7 @@ import pytest
 
 from service.client import SchedulerAPIError, SchedulerClient
 from tests.service.api_helpers import actual_report, batch_body
-from tests.service.client.refusing import NOTHING, PROGRESS, Call, refusing
-
-
-@pytest.fixture
-def sent() -> list[httpx.Request]:
-    """The requests the client sent (each answered 422)."""
-    return []
-
-
-@pytest.fixture
-def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
-    """A client whose every request is recorded and refused: no test here should send any."""
-    with refusing(sent) as made:
-        yield made
-
+from tests.service.client.refusing import NOTHING, PROGRESS, Call
 
 # a call with one argument of the wrong type -> the start of its TypeError
 WRONG: dict[str, tuple[Call, str]] = {

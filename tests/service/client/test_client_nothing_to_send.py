@@ -7,27 +7,11 @@ a text among them a ``TypeError`` of ``<`` naming nothing).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
 from service.client import SchedulerClient
-from tests.service.client.refusing import NOTHING, Call, refusing
-
-
-@pytest.fixture
-def sent() -> list[httpx.Request]:
-    """The requests the client sent (each answered 422)."""
-    return []
-
-
-@pytest.fixture
-def client(sent: list[httpx.Request]) -> Iterator[SchedulerClient]:
-    """A client whose every request is recorded and refused: no test here should send any."""
-    with refusing(sent) as made:
-        yield made
-
+from tests.service.client.refusing import NOTHING, Call
 
 # a call of a step with nothing to send -> the error it raises and its words
 REFUSED: dict[str, tuple[Call, type[Exception], str]] = {
