@@ -36,15 +36,20 @@ PROBLEM_JSON = "application/problem+json"
 _log = logging.getLogger("service.problems")
 
 
-class ProblemResponse(JSONResponse):
-    """problem+json rendered as ASCII: a 422 echoes the input at fault, and an input may hold a lone
-    UTF-16 surrogate (valid in JSON, not in UTF-8), which the default rendering fails on with a 500."""
-
-    media_type = PROBLEM_JSON
+class AsciiJSONResponse(JSONResponse):
+    """JSON rendered as ASCII, NaN refused: a 422 echoes the input at fault, and an input may hold a lone
+    UTF-16 surrogate (valid in JSON, not in UTF-8), which the default rendering fails on with a 500.
+    The one rendering of the service's problems and the sidecar pull API's answers."""
 
     def render(self, content: Any) -> bytes:
         """Compact, ASCII-only JSON (non-ASCII text as ``\\uXXXX`` escapes)."""
         return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+class ProblemResponse(AsciiJSONResponse):
+    """A problem rendered as ``AsciiJSONResponse`` does, typed ``application/problem+json``."""
+
+    media_type = PROBLEM_JSON
 
 
 class ServiceError(Exception):

@@ -10,7 +10,6 @@ decode). The routes themselves are ``pull_api``'s.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from service.hosts.names import refused_host
 from service.problems.details import clipped, echo, validation_details
 from service.problems.table import (
     JSON_HINT,
+    AsciiJSONResponse,
     BodyEncodingError,
     ContentCodingError,
     MisdirectedHostError,
@@ -128,16 +128,6 @@ def _above_cap(exc: Exception) -> dict[str, Any]:
     return {"error": str(exc), "field": "output_tokens", "value": echo(exc.output_tokens), "errors": [fault]}
 
 
-class _Answer(JSONResponse):
-    """An answer rendered as ASCII, NaN refused: a 422 names the input at fault, and text may hold a
-    lone UTF-16 surrogate (valid in JSON, not in UTF-8), on which the default rendering fails (500),
-    as the service's ``ProblemResponse`` renders its problems."""
-
-    def render(self, content: Any) -> bytes:
-        """Compact, ASCII-only JSON (non-ASCII text as ``\\uXXXX`` escapes)."""
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
 def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JSONResponse:
     """The response ``PROBLEMS`` maps ``exc`` to (Starlette picks a handler by the same MRO walk) on
     an API of ``routes``; a malformed body that was not sent as JSON says so, as the service's
@@ -149,7 +139,7 @@ def problem(request: Request, exc: Exception, routes: Sequence[BaseRoute]) -> JS
     if isinstance(exc, StarletteHTTPException):
         answer["error"] = _http_error(request, exc, routes)
         return JSONResponse(answer, status_code=exc.status_code, headers=_allow(request, exc, routes))
-    return _Answer(answer, status_code=status, headers=_retry_after(exc))
+    return AsciiJSONResponse(answer, status_code=status, headers=_retry_after(exc))
 
 
 def _retry_after(exc: Exception) -> Mapping[str, str] | None:
