@@ -21,16 +21,21 @@ RESULTS_MAX_WAIT_MS = 30_000
 RESULTS_PAGE_BYTES = 8 * 1024 * 1024
 RESULTS_MAX_BYTES = 64 * 1024 * 1024
 STREAM_ID_PATTERN = r"^[0-9]{1,20}-[0-9]{1,20}$"  # a Redis stream id: ``<ms>-<seq>``, ASCII digits
+STREAM_ID_PART_BOUND = 2**64  # each part of a stream id Redis takes is below it (20 digits reach past it)
 
 
 def stream_id(text: str) -> str:
     """``text`` if it is a stream id (``STREAM_ID_PATTERN``), else a ``ValueError`` in words: the
     pattern's own refusal, ``after='0': String should match pattern '^[0-9]{1,20}-[0-9]{1,20}$'``,
-    left a trainer sending ``after=0`` to read a regular expression for what ``0-0`` is (user66)."""
+    left a trainer sending ``after=0`` to read a regular expression for what ``0-0`` is (user66).
+    A part at or past ``STREAM_ID_PART_BOUND`` is refused here too (Redis would refuse it: a 500, not
+    a 422), so every reader of a ``StreamId`` gets the bound, not the results route alone (nits67)."""
     if re.fullmatch(STREAM_ID_PATTERN, text) is None:
         raise ValueError(
             "expected a stream id, <ms>-<seq> in digits, as a page's next gives it (0-0: the first)"
         )
+    if any(int(part) >= STREAM_ID_PART_BOUND for part in text.split("-")):
+        raise ValueError("is past the largest stream id (each part < 2^64)")
     return text
 
 

@@ -266,3 +266,9 @@ def test_a_bad_path_or_query_is_a_422_naming_it(path: str, field: str, client: T
     response = client.get(path)
     assert response.status_code == 422, response.text
     assert response.json()["field"] == field
+
+
+def test_a_stream_id_past_2_64_is_refused_in_the_words_it_always_was(client: TestClient) -> None:
+    problem = client.get("/schedule/s/results?after=0-18446744073709551616").json()
+    words = "is past the largest stream id (each part < 2^64)"  # the route's own check's, before the type's
+    assert problem["detail"] == f"after='0-18446744073709551616': {words}"
