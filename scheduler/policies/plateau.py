@@ -87,7 +87,8 @@ class _Pass:
         self.budget = _Budget(float(MAX_PLAYS), math.inf)  # ``lower`` sets it from the deadline
         self.longest = 0.0  # the longest try so far (two plays): none starts that would end past the
         # deadline at that pace (checked only at a try's start, passes ran 10-28 ms past it live)
-        kv = problem.kv_steps  # per trajectory, so per unit: the pass takes single units only
+        kv = problem.kv_steps  # per trajectory, so per unit: the pass takes single units only; () where
+        # not derived (a hand-built problem, as ``balance``'s): the units' own then, a live branch
         self.kv = kv if len(kv) == len(problem.units) else tuple(unit.kv_steps for unit in problem.units)
         self.total = [sum(map(self.kv.__getitem__, queue)) for queue in self.queues]
         caches = {problem.costs[w].kv_capacity_tokens for w in problem.active}

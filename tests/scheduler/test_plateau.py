@@ -179,3 +179,13 @@ def test_plays_stopped_at_the_latest_finish_keep_the_moves_of_plays_in_full(
     monkeypatch.setattr(plateau, "best_order", in_full)
     assert stopped is not None
     assert lower(replace(problem), queues, finishes, False, math.inf) == stopped
+
+
+def test_a_problem_without_its_kv_steps_lowers_as_the_derived_one_does() -> None:
+    """``Problem.kv_steps`` is () where not derived (a problem built by hand, as ``balance`` builds its
+    sub-problem): the pass reads the units' own then. review67 took that fallback for dead code, as
+    ``lower`` only runs where units and trajectories are as many; it is not (nits67)."""
+    problem = build_problem(_request())
+    queues, finishes = _crowded(problem)
+    bare = replace(problem, kv_steps=())
+    assert lower(bare, queues, finishes, False, math.inf) == lower(problem, queues, finishes, False, math.inf)
