@@ -158,11 +158,19 @@ def end(client: Any, scripts: MarkScripts, keys: keyspace.ScheduleKeys, complete
 
 @dataclass
 class Reannounced:
-    """What one reaper pass's announces again did (``reannounce``: the announcing index's; ``relist``)."""
+    """What one reaper pass's announces again did: ``reannounce``'s, of the schedules the announcing
+    index lists, or ``relist``'s, of those this process holds ``unlisted`` (one that another announce
+    listed meanwhile is in none: that announce did the work). tests/service/delivery/test_reannounce.py
+    pins both readings."""
 
-    announced: list[str] = field(default_factory=list)  # announced again: every inbox holds it now
-    dropped: list[str] = field(default_factory=list)  # its mark cleared (announced, settled or gone)
-    missed: dict[str, Exception] = field(default_factory=dict)  # a node did not answer: next pass
+    # announced again, every node answering: every inbox and the active index hold it, its mark cleared
+    announced: list[str] = field(default_factory=list)
+    # not announced, nothing left to do: settled, cancelled or gone (expired); ``reannounce`` also drops
+    # one whose mark another announce cleared, its entry with it; ``relist``'s leave ``unlisted``
+    dropped: list[str] = field(default_factory=list)
+    # left to the next pass, by schedule id: a node or slot out (the rest of the pass waits too), or its
+    # keys damaged (skipped); ``reannounce`` names the announcing index where reading it failed
+    missed: dict[str, Exception] = field(default_factory=dict)
 
 
 def reannounce(
