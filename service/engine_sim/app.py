@@ -373,5 +373,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         # in vLLM's shape, which the sidecar reads, with the service's words: the field and the value
         # sent lead (``max_tokens=0: Input should be greater than or equal to 1``), the field in
         # ``param`` as vLLM names it; it read ``max_tokens: ...``, ``param`` null (user66)
+        # a body that is not JSON names no field: vLLM's ``param`` is null there (its decode error
+        # carries no ``VLLMValidationError``), where this said ``"body"`` (nits67)
         detail, extra = validation_details(exc.errors())
-        return error(400, detail, "BadRequestError", extra.get("field"))
+        unread = any(err["type"] == "json_invalid" for err in exc.errors())
+        return error(400, detail, "BadRequestError", None if unread else extra.get("field"))
