@@ -94,6 +94,16 @@ def http_timeout(name: str, value: object) -> float:
     return as_float
 
 
+def flag(name: str, value: object) -> bool:
+    """``value`` as a ``bool`` if it is one (numpy's too, as ``mask.any()`` gives), else ``TypeError``:
+    ``partial`` was read by its truth, so ``partial="no"`` reported a cut step (nits67). An int is no
+    flag, 0 and 1 included: ``partial`` follows ``chunk`` in ``report_results``' positions, so a count
+    shifted one place would report a cut step silently, and ``whole`` refuses a boolean likewise."""
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and kind(value) in ("bool", "bool_")):
+        return bool(value)
+    raise refused(name, "a bool", value)
+
+
 def text(name: str, value: object) -> str:
     """``value`` if it is a ``str``, else ``TypeError``."""
     if not isinstance(value, str):

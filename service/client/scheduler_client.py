@@ -35,6 +35,7 @@ from service.client.actuals import actual_from_result, summed
 from service.client.args import (
     bodies_of,
     body_of,
+    flag,
     http_timeout,
     mapping,
     per_request,
@@ -276,7 +277,7 @@ class SchedulerClient:
         answer sums the chunks' counts; ``stream_length`` and ``time_scales`` are the latest.
         Reports of a step cancelled before it finished are refused (409 ``step-cut-short``, nothing
         of that chunk stored) unless ``partial``: they are its short trajectories alone."""
-        chunk = per_request("chunk", chunk)
+        chunk, partial = per_request("chunk", chunk), flag("partial", partial)
         body = bodies_of("reports", reports, ActualReport)  # one report alone, not in a list: a TypeError
         answers = [
             self._outlasting(
@@ -318,6 +319,7 @@ class SchedulerClient:
             raise refused("finished", "the StepResults of wait()", finished)
         step, group_sizes = whole("step", step), sizes("group_sizes", group_sizes)
         chunk = per_request("chunk", chunk)  # here: a step with nothing to send returns before its use
+        partial = flag("partial", partial)
         known, scored = mapping("prompt_tokens", prompt_tokens), mapping("rewards", rewards)
         if not partial:
             check_whole(finished.progress)

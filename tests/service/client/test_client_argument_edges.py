@@ -9,8 +9,10 @@ earlier test reached.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from service.api.learning_schemas import ActualReport
@@ -34,6 +36,11 @@ WRONG: dict[str, tuple[Call, str]] = {
     "report_actuals(an ActualReport alone)": (
         lambda c: c.report_actuals(ActualReport.model_validate(actual_report(1, 2, 3))),
         "reports: expected a sequence of ActualReport or mappings, got ActualReport",
+    ),
+    # an int is no flag, 0 and 1 included (nits67; ``partial="no"`` is test_client_arguments.py's)
+    "report_results(partial=1)": (
+        lambda c: c.report_results(1, NOTHING, partial=1),
+        "partial: expected a bool, got int",
     ),
     "schedule(JSON bytes)": (
         lambda c: c.schedule(json.dumps(batch_body()).encode()),
@@ -70,3 +77,12 @@ def test_a_model_body_is_sent_without_the_fields_left_unset(
     body = json.loads(sent[0].content)
     assert None not in body.values()
     assert body == request.model_dump(exclude_none=True)
+
+
+def test_numpys_boolean_is_taken_as_the_flag_it_is(
+    client: SchedulerClient, sent: list[httpx.Request]
+) -> None:
+    """``partial=mask.any()`` is numpy's boolean, no ``bool``: taken, as numpy's integers are."""
+    loose: Any = client  # numpy's boolean is no ``bool`` to mypy either
+    assert loose.report_results(1, NOTHING, partial=np.True_) is None
+    assert sent == []

@@ -69,6 +69,10 @@ WRONG: dict[str, tuple[Call, str]] = {
         lambda c: c.report_results(1, {"results": []}),
         "finished: expected the StepResults of wait(), got dict",
     ),
+    "report_actuals(partial='no')": (  # read by its truth, it reported a cut step (nits67)
+        lambda c: c.report_actuals([actual_report(1, 2, 3)], partial="no"),
+        "partial: expected a bool, got str",
+    ),
     "report_results(rewards=[])": (
         lambda c: c.report_results(1, NOTHING, rewards=[]),
         "rewards: expected a mapping or None, got list",
